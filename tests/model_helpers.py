@@ -1,0 +1,46 @@
+"""Shared builders for the model tests: tiny configs, twin models with re-randomised weights, XLNet-style masks."""
+
+import torch
+import transformers
+
+import xlnet_lite
+
+TINY = dict(vocab_size=97, d_model=32, n_layer=2, n_head=4, d_inner=48, dropout=0.0, mem_len=None)
+
+
+def randomise(model, scale=0.3, seed=0):
+    """Re-draw every weight at a scale where each term (u, v, b, segments, positions) moves the output."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(scale * torch.randn(p.shape, generator=gen))
+    return model
+
+
+def twins(cls_name="XLNetLMHeadModel", seed=0, **overrides):
+    """A transformers XLNet model and its XLNet-Lite twin with identical, re-randomised weights, in eval mode."""
+    torch.manual_seed(seed)
+    config = transformers.XLNetConfig(**{**TINY, **overrides})
+    hf = randomise(getattr(transformers, cls_name)(config), seed=seed).eval()
+    lite = xlnet_lite.from_hf_xlnet(hf).eval()
+    return hf, lite
+
+
+def xlnet_masks(batch, seq_len, num_predict, seed=0):
+    """perm_mask (B, T, T) and one-hot target_mapping (B, P, T) in XLNet's scheme: a random factorization order;
+    targets see the non-targets and earlier targets; non-targets see every non-target and no target."""
+    gen = torch.Generator().manual_seed(seed)
+    perm_mask = torch.zeros(batch, seq_len, seq_len)
+    target_mapping = torch.zeros(batch, num_predict, seq_len)
+    for b in range(batch):
+        targets = torch.randperm(seq_len, generator=gen)[:num_predict]
+        rank = torch.full((seq_len,), -1)
+        rank[targets] = torch.randperm(num_predict, generator=gen)
+        is_target = rank >= 0
+        self_rank = torch.where(is_target, rank, rank + 1)
+        perm_mask[b] = ((self_rank[:, None] <= rank[None, :]) & is_target[None, :]).float()
+        target_mapping[b, torch.arange(num_predict), targets] = 1.0
+    return perm_mask, target_mapping

@@ -1,0 +1,216 @@
+"""With identical weights, XLNet-Lite computes what transformers' XLNet computes (fp32, eval), feature by feature,
+on both attention implementations."""
+
+import pytest
+import torch
+from model_helpers import twins, xlnet_masks
+
+import xlnet_lite
+
+B, T, P = 4, 12, 4
+ATOL = 1e-4
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b, atol=ATOL, rtol=1e-4)
+
+
+@pytest.fixture(params=["eager", "sdpa"])
+def impl(request):
+    return request.param
+
+
+def run_both(hf, lite, impl, **inputs):
+    lite.config._attn_implementation = impl
+    with torch.no_grad():
+        return hf(**inputs), lite(**inputs)
+
+
+def ids(seed=0, batch=B, length=T):
+    return torch.randint(0, 97, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_plain_forward(impl):
+    hf, lite = twins("XLNetModel")
+    a, b = run_both(hf, lite, impl, input_ids=ids())
+    close(a.last_hidden_state, b.last_hidden_state)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_perm_mask_and_target_mapping_two_stream(impl, seed):
+    hf, lite = twins(seed=seed)
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
+    labels = ids(seed + 5, length=P)
+    a, b = run_both(hf, lite, impl, input_ids=ids(seed), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
+    assert b.logits.shape == (B, P, 97)
+    close(a.logits, b.logits)
+    close(a.loss, b.loss)
+
+
+def test_perm_mask_without_target_mapping(impl):
+    hf, lite = twins()
+    perm_mask, _ = xlnet_masks(B, T, P)
+    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask)
+    close(a.logits, b.logits)
+
+
+def test_loss_ignores_padded_prediction_rows(impl):
+    hf, lite = twins()
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    target_mapping[1, -1] = 0  # an all-zero (padding) prediction row
+    labels = ids(3, length=P)
+    labels[1, -1] = -100
+    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
+    close(a.logits, b.logits)
+    close(a.loss, b.loss)
+
+
+def test_token_type_ids_two_segments_and_cls(impl):
+    hf, lite = twins()
+    tt = torch.zeros(B, T, dtype=torch.long)
+    tt[:, 6:] = 1
+    tt[:, -1] = 2
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=4)
+    a, b = run_both(hf, lite, impl, input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping)
+    close(a.logits, b.logits)
+    a, b = run_both(hf, lite, impl, input_ids=ids(), token_type_ids=tt)
+    close(a.logits, b.logits)
+
+
+def test_left_padding_attention_mask(impl):
+    hf, lite = twins("XLNetForSequenceClassification", num_labels=3)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    attention_mask[0, :5] = 0
+    attention_mask[2, :2] = 0
+    a, b = run_both(hf, lite, impl, input_ids=ids(), attention_mask=attention_mask)
+    close(a.logits, b.logits)
+    input_mask = 1 - attention_mask
+    a, b = run_both(hf, lite, impl, input_ids=ids(), input_mask=input_mask)
+    close(a.logits, b.logits)
+
+
+def test_padding_with_perm_mask(impl):
+    hf, lite = twins()
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=7)
+    attention_mask = torch.ones(B, T)
+    attention_mask[1, :1] = 0
+    target_mapping[1] = 0  # predict nothing where padding could leave a query with no key
+    a, b = run_both(hf, lite, impl, input_ids=ids(), attention_mask=attention_mask, perm_mask=perm_mask,
+                    target_mapping=target_mapping)
+    close(a.logits, b.logits)
+
+
+@pytest.mark.parametrize("reuse_len", [None, 6])
+def test_mems_across_two_segments(impl, reuse_len):
+    hf, lite = twins(mem_len=8, reuse_len=reuse_len)
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=1)
+    a1, b1 = run_both(hf, lite, impl, input_ids=ids(1), use_mems=True)
+    for m_hf, m_lite in zip(a1.mems, b1.mems):
+        close(m_hf.transpose(0, 1), m_lite)  # transformers' mems are time-major, ours batch-first
+    assert b1.mems[0].shape == (B, reuse_len or 8, 32)
+    with torch.no_grad():
+        a2 = hf(ids(2), mems=a1.mems, perm_mask=perm_mask, target_mapping=target_mapping, use_mems=True)
+        b2 = lite(ids(2), mems=b1.mems, perm_mask=perm_mask, target_mapping=target_mapping, use_mems=True)
+    close(a2.logits, b2.logits)
+    for m_hf, m_lite in zip(a2.mems, b2.mems):
+        close(m_hf.transpose(0, 1), m_lite)
+    with torch.no_grad():
+        no_mem = lite(ids(2), perm_mask=perm_mask, target_mapping=target_mapping).logits
+    assert (no_mem - b2.logits).abs().max() > 1e-2  # the memory matters
+
+
+def test_mems_with_token_types(impl):
+    hf, lite = twins(mem_len=5)
+    tt = torch.zeros(B, T, dtype=torch.long)
+    tt[:, 7:] = 1
+    a1, b1 = run_both(hf, lite, impl, input_ids=ids(1), use_mems=True)
+    with torch.no_grad():
+        a2 = hf(ids(2), mems=a1.mems, token_type_ids=tt)
+        b2 = lite(ids(2), mems=b1.mems, token_type_ids=tt)
+    close(a2.logits, b2.logits)
+
+
+def test_bi_data(impl):
+    hf, lite = twins(bi_data=True)
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=2)
+    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    close(a.logits, b.logits)
+
+
+def test_clamp_len(impl):
+    hf, lite = twins(clamp_len=3)
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=3)
+    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    close(a.logits, b.logits)
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+def test_attn_type_uni(impl, same_length):
+    hf, lite = twins(attn_type="uni", same_length=same_length, mem_len=6)
+    a1, b1 = run_both(hf, lite, impl, input_ids=ids(1), use_mems=True)
+    close(a1.logits, b1.logits)
+    with torch.no_grad():
+        a2 = hf(ids(2), mems=a1.mems)
+        b2 = lite(ids(2), mems=b1.mems)
+    close(a2.logits, b2.logits)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_activations(impl, act):
+    hf, lite = twins(ff_activation=act)
+    a, b = run_both(hf, lite, impl, input_ids=ids())
+    close(a.logits, b.logits)
+
+
+@pytest.mark.parametrize("problem", ["single_label_classification", "regression", "multi_label_classification"])
+def test_classification_logits_and_loss(impl, problem):
+    num_labels = 1 if problem == "regression" else 3
+    hf, lite = twins("XLNetForSequenceClassification", num_labels=num_labels, problem_type=problem)
+    labels = {
+        "single_label_classification": torch.tensor([0, 2, 1, 1]),
+        "regression": torch.tensor([0.5, -1.0, 2.0, 0.0]),
+        "multi_label_classification": torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 1], [0, 0, 0]]),
+    }[problem]
+    tt = torch.zeros(B, T, dtype=torch.long)
+    tt[:, 5:] = 1
+    tt[:, -1] = 2
+    a, b = run_both(hf, lite, impl, input_ids=ids(), token_type_ids=tt, labels=labels)
+    close(a.logits, b.logits)
+    close(a.loss, b.loss)
+
+
+def test_hidden_states_and_attentions_match():
+    hf, lite = twins()
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=5)
+    with torch.no_grad():
+        a = hf(ids(), perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, output_attentions=True)
+        b = lite(ids(), perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, output_attentions=True)
+    assert len(a.hidden_states) == len(b.hidden_states)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        close(x, y)
+    rows = target_mapping.argmax(-1)  # transformers' query-stream attentions cover all T rows
+    for (ah, ag), (bh, bg) in zip(a.attentions, b.attentions):
+        close(ah, bh)
+        close(ag.gather(2, rows[:, None, :, None].expand(-1, ag.shape[1], -1, ag.shape[3])), bg)
+
+
+def test_untie_r_false_roundtrip_through_transformers(impl):
+    config = xlnet_lite.XLNetLiteConfig(**{**__import__("model_helpers").TINY, "untie_r": False})
+    lite = __import__("model_helpers").randomise(xlnet_lite.XLNetLiteLMHeadModel(config)).eval()
+    assert lite.transformer.r_w_bias is lite.transformer.layer_biases(lite.transformer.layer[1])[0]
+    hf = xlnet_lite.to_hf_xlnet(lite).eval()
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    close(a.logits, b.logits)
+
+
+@pytest.mark.parametrize("cls_name", ["XLNetModel", "XLNetLMHeadModel", "XLNetForSequenceClassification"])
+def test_round_trip_to_hf(cls_name):
+    hf, lite = twins(cls_name)
+    back = xlnet_lite.to_hf_xlnet(lite).eval()
+    assert type(back) is type(hf)
+    for (name, p), (name2, q) in zip(hf.state_dict().items(), back.state_dict().items()):
+        assert name == name2
+        assert torch.equal(p, q)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids())[0], back(ids())[0], atol=0, rtol=0)

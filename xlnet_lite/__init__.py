@@ -1,0 +1,36 @@
+"""xlnet-lite: XLNet pretraining and finetuning as a Hugging Face transformers plugin."""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from .configuration_xlnet_lite import XLNetLiteConfig
+from .convert import from_hf_xlnet, to_hf_xlnet
+from .modeling_xlnet_lite import (
+    XLNetLiteForSequenceClassification,
+    XLNetLiteLMHeadModel,
+    XLNetLiteModel,
+    XLNetLitePreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+AutoConfig.register("xlnet_lite", XLNetLiteConfig, exist_ok=True)
+AutoModel.register(XLNetLiteConfig, XLNetLiteModel, exist_ok=True)
+AutoModelForCausalLM.register(XLNetLiteConfig, XLNetLiteLMHeadModel, exist_ok=True)
+AutoModelForSequenceClassification.register(XLNetLiteConfig, XLNetLiteForSequenceClassification, exist_ok=True)
+
+# save_pretrained writes the code and an auto_map, so saved folders load with trust_remote_code=True
+# where xlnet_lite is not installed.
+XLNetLiteConfig.register_for_auto_class()
+XLNetLiteModel.register_for_auto_class("AutoModel")
+XLNetLiteLMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+XLNetLiteForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+
+__all__ = [
+    "XLNetLiteConfig",
+    "XLNetLitePreTrainedModel",
+    "XLNetLiteModel",
+    "XLNetLiteLMHeadModel",
+    "XLNetLiteForSequenceClassification",
+    "from_hf_xlnet",
+    "to_hf_xlnet",
+]
