@@ -148,7 +148,7 @@ def rel_shift(x, *, qlen, klen, query_pos=None):
     B, N, Q, R = x.shape
     if query_pos is None:  # content stream: a strided view, no copy
         x = x.contiguous()
-        return x.as_strided((B, N, Q, klen), (N * Q * R, Q * R, R - 1, 1), x.storage_offset() + qlen)
+        return torch.as_strided(x, (B, N, Q, klen), (N * Q * R, Q * R, R - 1, 1), x.storage_offset() + qlen)
     index = (qlen - query_pos)[:, None, :, None] + torch.arange(klen, device=x.device)  # (B, 1, P, K)
     index = index.clamp_(max=R - 1).expand(B, N, -1, -1)  # (B, N, P, K)
     return x.gather(3, index)

@@ -1,0 +1,9 @@
+"""Tests never reach the Hugging Face Hub and never write into the user's cache."""
+
+import os
+import tempfile
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="xlnet_lite_hf_home_"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,205 @@
+"""XLNet-Lite beyond equivalence: no leak through the query stream, what transformers' XLNet cannot do, bad input."""
+
+import pytest
+import torch
+from model_helpers import TINY, randomise, xlnet_masks
+
+from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel
+
+B, T, P = 4, 12, 4
+
+
+def lite_model(seed=0, cls=XLNetLiteLMHeadModel, **overrides):
+    torch.manual_seed(seed)
+    return randomise(cls(XLNetLiteConfig(**{**TINY, **overrides})), seed=seed).eval()
+
+
+def ids(seed=0, batch=B, length=T):
+    return torch.randint(0, 97, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("seed", range(4))
+def test_query_stream_leaks_nothing(impl, seed):
+    """d(prediction of target p) / d(embedding of token j) is zero for j = the target itself and every j its
+    perm_mask hides, and non-zero for what it may see."""
+    model = lite_model(seed, mem_len=4, reuse_len=None)
+    model.config._attn_implementation = impl
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
+    with torch.no_grad():
+        mems = model(ids(seed + 9), use_mems=True).mems
+    embeds = model.transformer.word_embedding(ids(seed)).detach().requires_grad_(True)
+    logits = model(inputs_embeds=embeds, perm_mask=perm_mask, target_mapping=target_mapping, mems=mems).logits
+    for b in range(B):
+        for p in range(P):
+            (grad,) = torch.autograd.grad(logits[b, p].square().sum(), embeds, retain_graph=True)
+            influence = grad[b].abs().sum(-1)  # (T,)
+            target = int(target_mapping[b, p].argmax())
+            hidden = perm_mask[b, target].bool()
+            assert hidden[target], "a target never sees itself"
+            assert influence[hidden].max() == 0, f"leak into batch {b} target {target}"
+            assert (influence[~hidden] > 0).all()
+            other_rows = torch.arange(B) != b
+            assert grad[other_rows].abs().max() == 0
+
+
+def test_uni_with_attention_mask_and_perm_mask():
+    """transformers' XLNet crashes here (transformers#21626); XLNet-Lite combines the causal mask and the data masks."""
+    model = lite_model(attn_type="uni")
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    attention_mask[0, :3] = 0
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    with torch.no_grad():
+        out = model(ids(), attention_mask=attention_mask, perm_mask=perm_mask, target_mapping=target_mapping)
+        plain = model(ids(), attention_mask=attention_mask).logits
+        changed = ids().clone()
+        changed[1, -1] = (changed[1, -1] + 1) % 97  # uni: earlier positions cannot see a later token
+        plain2 = model(changed, attention_mask=attention_mask).logits
+    assert out.logits.shape == (B, P, 97) and torch.isfinite(out.logits).all()
+    torch.testing.assert_close(plain[1, :-1], plain2[1, :-1])
+    changed = ids().clone()
+    changed[0, 1] = (changed[0, 1] + 1) % 97  # a padded position changes nothing for real tokens
+    with torch.no_grad():
+        plain3 = model(changed, attention_mask=attention_mask).logits
+    torch.testing.assert_close(plain[0, 3:], plain3[0, 3:])
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_pure_bfloat16_two_stream_forward_and_backward(impl):
+    model = lite_model(mem_len=6).to(torch.bfloat16).train()
+    model.config._attn_implementation = impl
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    tt = torch.zeros(B, T, dtype=torch.long)
+    tt[:, 6:] = 1
+    out = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt, labels=ids(1, length=P),
+                use_mems=True)
+    out2 = model(ids(2), perm_mask=perm_mask, target_mapping=target_mapping, mems=out.mems, labels=ids(3, length=P))
+    (out.loss + out2.loss).backward()
+    assert out.logits.dtype == torch.bfloat16 and torch.isfinite(out2.loss)
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and g.dtype == torch.bfloat16 and torch.isfinite(g).all() for g in grads)
+    fp32 = lite_model(mem_len=6)
+    with torch.no_grad():
+        ref = fp32(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt).logits
+    model.eval()
+    with torch.no_grad():
+        low = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt).logits.float()
+    assert (low - ref).abs().max() / ref.abs().max() < 0.1
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    grads = []
+    for checkpointing in (False, True):
+        model = lite_model().train()
+        model.config.dropout = 0.0
+        if checkpointing:
+            model.gradient_checkpointing_enable()  # transformers 5 also calls it activation_checkpointing_enable
+            assert model.transformer.layer[0].gradient_checkpointing
+        tt = (torch.arange(T) >= 6).long().expand(B, T)
+        loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt,
+                     labels=ids(1, length=P)).loss
+        loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_sdpa_selectable_and_matches_eager_in_training_gradients():
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    tt = torch.zeros(B, T, dtype=torch.long)
+    tt[:, 5:] = 1
+    results = []
+    for impl in ("eager", "sdpa"):
+        config = XLNetLiteConfig(**TINY)
+        model = randomise(XLNetLiteLMHeadModel._from_config(config, attn_implementation=impl))
+        assert model.config._attn_implementation == impl
+        loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt,
+                     labels=ids(1, length=P)).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in model.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_fully_masked_query_attends_to_nothing():
+    """A query row that may see no key gets a zero attention vector (transformers' XLNet spreads it uniformly over
+    every key, including the hidden ones): for both implementations."""
+    outs = []
+    for impl in ("eager", "sdpa"):
+        model = lite_model(n_layer=1)
+        model.config._attn_implementation = impl
+        perm_mask = torch.ones(1, T, T)  # nobody may see anybody in the query stream
+        target_mapping = torch.zeros(1, 1, T)
+        target_mapping[0, 0, 3] = 1
+        with torch.no_grad():
+            a = model(ids(batch=1), perm_mask=perm_mask, target_mapping=target_mapping).logits
+            changed = ids(batch=1).clone()
+            changed[0, 3] = (changed[0, 3] + 5) % 97
+            b = model(changed, perm_mask=perm_mask, target_mapping=target_mapping).logits
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+        outs.append(a)
+    torch.testing.assert_close(outs[0], outs[1])
+
+
+def test_torch_compile_forward_matches_eager():
+    model = lite_model()
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    compiled = torch.compile(model, backend="aot_eager")
+    with torch.no_grad():
+        ref = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping).logits
+        out = compiled(ids(), perm_mask=perm_mask, target_mapping=target_mapping).logits
+    torch.testing.assert_close(ref, out)
+
+
+def test_right_padding_is_refused_for_last_token_pooling():
+    model = lite_model(cls=XLNetLiteForSequenceClassification)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    attention_mask[0, -2:] = 0
+    with pytest.raises(ValueError, match="pad on the left"):
+        model(ids(), attention_mask=attention_mask)
+
+
+BAD_INPUTS = [
+    (dict(perm_mask=torch.zeros(B, T, T - 1)), "perm_mask must have shape"),
+    (dict(perm_mask=torch.zeros(T, T)), "perm_mask must have shape"),
+    (dict(target_mapping=torch.zeros(B, P, T + 1)), "target_mapping must have shape"),
+    (dict(target_mapping=torch.full((B, P, T), 0.5)), "one-hot"),
+    (dict(target_mapping=torch.eye(T)[None, :P].repeat(B, 1, 1), labels=torch.zeros(B, T, dtype=torch.long)), "labels must have shape"),
+    (dict(mems=[torch.zeros(B, 3, 32)]), "one tensor per layer"),
+    (dict(mems=[torch.zeros(B, 3, 16)] * 2), r"mems\[0\] must have shape"),
+    (dict(mems=[torch.zeros(B + 1, 3, 32)] * 2), r"mems\[0\] must have shape"),
+    (dict(input_ids=None), "exactly one of input_ids"),
+    (dict(inputs_embeds=torch.zeros(B, T, 32)), "exactly one of input_ids"),
+    (dict(input_ids=torch.full((B, T), 97)), "vocab_size=97"),
+    (dict(input_ids=torch.full((B, T), -1)), r"\[0, vocab_size"),
+    (dict(attention_mask=torch.ones(B, T + 1)), "attention_mask must have shape"),
+    (dict(token_type_ids=torch.zeros(B, 1, dtype=torch.long)), "token_type_ids must have shape"),
+    (dict(attention_mask=torch.ones(B, T), input_mask=torch.zeros(B, T)), "only one of attention_mask"),
+]
+
+
+@pytest.mark.parametrize("kwargs,message", BAD_INPUTS)
+def test_bad_input_names_the_argument(kwargs, message):
+    model = lite_model()
+    inputs = {"input_ids": ids(), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        model(**inputs)
+
+
+def test_odd_batch_with_bi_data():
+    model = lite_model(bi_data=True)
+    with pytest.raises(ValueError, match="even batch"):
+        model(ids(batch=3))
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [(dict(d_model=30, n_head=4), "d_model"), (dict(attn_type="tri"), "attn_type"), (dict(ff_activation="nope"), "ff_activation"),
+     (dict(mem_len=-3), "mem_len"), (dict(reuse_len=-1), "reuse_len"), (dict(clamp_len=-2), "clamp_len"),
+     (dict(n_layer=0), "n_layer"), (dict(dropout=1.5), "dropout")],
+)
+def test_config_validation_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        XLNetLiteConfig(**{**TINY, **kwargs})
