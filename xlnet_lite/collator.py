@@ -316,9 +316,10 @@ class DataCollatorForXLNetPretraining:
         keys = chunk + torch.rand(B, T, generator=self.generator, dtype=torch.float64)  # (B, T)
         rank = random_ranks(keys)
         masked_or_functional = is_target | functional
-        rev = torch.where(masked_or_functional, rank, torch.full_like(rank, -1))
+        rev = torch.where(masked_or_functional, rank, torch.full_like(rank, -1)).int()
         self_rev = torch.where(is_target, rev, rev + 1)
-        perm_mask = (self_rev[:, :, None] <= rev[:, None, :]) & masked_or_functional[:, None, :]  # (B, T, T)
+        # XLNet also ANDs with masked_or_functional[j]; that is implied: self_rev >= 0 > rev[j] = -1
+        perm_mask = self_rev[:, :, None] <= rev[:, None, :]  # (B, T, T)
         if len(parts) == 2:
             r = parts[1][0]
             perm_mask[:, :r, r:] = True
