@@ -2,14 +2,24 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
+from .collator import DataCollatorForXLNetPretraining
 from .configuration_xlnet_lite import XLNetLiteConfig
 from .convert import from_hf_xlnet, to_hf_xlnet
+from .data import (
+    PretrainingStream,
+    build_eval_batches,
+    embedded_news_texts,
+    embedded_rotten_tomatoes,
+    read_text_documents,
+    tokenize_documents,
+)
 from .modeling_xlnet_lite import (
     XLNetLiteForSequenceClassification,
     XLNetLiteLMHeadModel,
     XLNetLiteModel,
     XLNetLitePreTrainedModel,
 )
+from .tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
 __version__ = "0.1.0"
 
@@ -33,4 +43,13 @@ __all__ = [
     "XLNetLiteForSequenceClassification",
     "from_hf_xlnet",
     "to_hf_xlnet",
+    "train_tokenizer",
+    "load_tokenizer",
+    "DataCollatorForXLNetPretraining",
+    "PretrainingStream",
+    "build_eval_batches",
+    "tokenize_documents",
+    "read_text_documents",
+    "embedded_news_texts",
+    "embedded_rotten_tomatoes",
 ]

@@ -466,6 +466,10 @@ class PretrainingStream:
         """Batches in one pass over the rows."""
         return (self.row_len - self.seq_len) // self.advance + 1
 
+    def token_counts(self, minlength: int = 0) -> np.ndarray:
+        """How often each token id occurs in this process's rows (for unigram baselines)."""
+        return np.bincount(self._rows.ravel(), minlength=minlength)
+
     def _example(self, row: int, start: int) -> dict:
         data = self._rows[row]
         begin = start + self.reuse_len
