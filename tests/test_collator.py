@@ -204,3 +204,35 @@ def test_bad_inputs(tokenizer):
         collator([{"input_ids": [10, 11, 4, 3]}])
     with pytest.raises(ValueError, match="input_ids"):
         collator([{"input_ids": [1.5, 2.5] * 10}])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_collator_output_through_the_model_leaks_nothing(tokenizer, seed):
+    """Collated batches fed to XLNetLiteLMHeadModel (with a memory and bi_data): a target's prediction has zero
+    gradient with respect to its own token and every token its perm_mask hides, non-zero for the ones it sees."""
+    from model_helpers import randomise
+
+    from xlnet_lite import XLNetLiteConfig, XLNetLiteLMHeadModel
+
+    config = XLNetLiteConfig(vocab_size=len(tokenizer), d_model=32, n_layer=2, n_head=4, d_inner=48, dropout=0.0,
+                             mem_len=8, reuse_len=8, bi_data=True)
+    model = randomise(XLNetLiteLMHeadModel(config), seed=seed).eval()
+    rng = np.random.default_rng(seed)
+    collator = DataCollatorForXLNetPretraining(tokenizer, reuse_len=8, perm_size=8, seed=seed)
+    first = collator(make_examples(rng, 4, 24, 8))
+    with torch.no_grad():
+        mems = model(**first, use_mems=True).mems
+    batch = collator(make_examples(rng, 4, 24, 8))
+    embeds = model.transformer.word_embedding(batch["input_ids"]).detach().requires_grad_(True)
+    inputs = {k: v for k, v in batch.items() if k not in ("input_ids", "labels")}
+    logits = model(inputs_embeds=embeds, mems=mems, **inputs).logits  # (B, P, V)
+    checked = 0
+    for b, p in torch.nonzero(batch["target_mapping"].sum(-1) > 0).tolist():
+        (grad,) = torch.autograd.grad(logits[b, p].square().sum(), embeds, retain_graph=True)
+        influence = grad[b].abs().sum(-1)  # (T,)
+        position = int(batch["target_mapping"][b, p].argmax())
+        hidden = batch["perm_mask"][b, position].bool()
+        assert hidden[position] and influence[hidden].max() == 0
+        assert (influence[~hidden] > 0).all()
+        checked += 1
+    assert checked == int(batch["target_mapping"].sum())
