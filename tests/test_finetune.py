@@ -1,0 +1,338 @@
+"""The finetuning recipe (finetune/run_glue.py) end to end on tiny data, its metrics against hand-computed
+values, its errors on bad data, and the long-document (mems) mode."""
+
+import csv
+import importlib.util
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import xlnet_lite
+from xlnet_lite import glue_metrics
+from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, summary_last_dropout=0.0, mem_len=None)
+GOOD = ["a wonderful film", "great acting and a moving story", "i loved every minute", "a delight from start to end",
+        "the best movie of the year", "funny and warm"]
+BAD = ["a dull mess", "boring and far too long", "i hated the ending", "the worst script in years",
+       "a tedious waste of time", "flat and lifeless"]
+
+
+def load_run_glue():
+    spec = importlib.util.spec_from_file_location("run_glue", ROOT / "finetune" / "run_glue.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_glue = load_run_glue()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run faster on one thread, above all on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny 'pretraining output': LM-head model + tokenizer, no classification head."""
+    path = tmp_path_factory.mktemp("pretrain")
+    tokenizer = train_tokenizer(GOOD + BAD + ["the movie was a story of time"] * 3, vocab_size=60)
+    torch.manual_seed(0)
+    config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), **{**TINY, "dropout": 0.1})
+    xlnet_lite.XLNetLiteLMHeadModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def write_rows(path, rows):
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if path.suffix == ".tsv" else ",")
+            writer.writeheader()
+            writer.writerows(rows)
+    return str(path)
+
+
+def sentiment_rows(repeat=2, label=lambda good: "pos" if good else "neg"):
+    return [{"sentence": s, "label": label(good)} for _ in range(repeat) for good, group in ((True, GOOD), (False, BAD)) for s in group]
+
+
+def run(tmp_path, model, *extra, epochs=2):
+    out = tmp_path / "out"
+    args = ["--model_name_or_path", str(model), "--output_dir", str(out), "--num_train_epochs", str(epochs),
+            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "5", "--learning_rate", "1e-3",
+            "--max_seq_length", "16", *extra]
+    return run_glue.main(args), out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Metrics against hand-computed values
+
+
+def test_accuracy_and_f1_by_hand():
+    preds, refs = [1, 0, 1, 1, 0, 1], [1, 0, 0, 1, 1, 1]
+    # tp = 3 (positions 0, 3, 5), fp = 1 (position 2), fn = 1 (position 4): precision 3/4, recall 3/4
+    assert glue_metrics.glue_metrics("mrpc", preds, refs) == pytest.approx({"accuracy": 4 / 6, "f1": 0.75})
+    assert glue_metrics.glue_metrics("sst2", preds, refs) == pytest.approx({"accuracy": 4 / 6})
+
+
+def test_matthews_by_hand():
+    preds, refs = [1, 1, 0, 0, 1], [1, 0, 0, 0, 1]
+    tp, tn, fp, fn = 2, 2, 1, 0
+    mcc = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    assert glue_metrics.glue_metrics("cola", preds, refs)["matthews_correlation"] == pytest.approx(mcc)  # 2/sqrt(6)
+
+
+def test_pearson_spearman_by_hand():
+    preds, refs = [1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 5.0]
+    dp, dr = np.array(preds) - 2.5, np.array(refs) - 2.75
+    pearson = (dp * dr).sum() / math.sqrt((dp**2).sum() * (dr**2).sum())
+    # ranks of refs: 1, 3, 2, 4; Spearman = 1 - 6 * sum(d^2) / (n (n^2 - 1)) = 1 - 6 * 2 / 60
+    scores = glue_metrics.glue_metrics("stsb", preds, refs)
+    assert scores["pearson"] == pytest.approx(pearson)
+    assert scores["spearmanr"] == pytest.approx(0.8)
+
+
+def test_file_metrics_regression_and_multiclass():
+    reg = glue_metrics.file_metrics([1.0, 2.0, 4.0], [1.0, 2.0, 3.0], is_regression=True, num_labels=1)
+    assert reg["mse"] == pytest.approx(1 / 3)
+    multi = glue_metrics.file_metrics([0, 1, 2, 2], [0, 1, 1, 2], is_regression=False, num_labels=3)
+    assert multi == {"accuracy": 0.75}
+    with pytest.raises(ValueError, match="task_name"):
+        glue_metrics.glue_metrics("imdb", [0], [0])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end
+
+
+def test_end_to_end_csv(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows())
+    valid = write_rows(tmp_path / "valid.csv", sentiment_rows(1))
+    test = write_rows(tmp_path / "test.csv", [{"sentence": s} for s in GOOD[:3] + BAD[:2]])
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", valid, "--test_file", test)
+    eval_results = json.loads((out / "eval_results.json").read_text())
+    assert set(eval_results) == {"accuracy", "f1"}
+    all_results = json.loads((out / "all_results.json").read_text())
+    assert all_results["eval_accuracy"] == eval_results["accuracy"] == results["eval_accuracy"]
+    assert all_results["epochs"] == 2 and 1 <= all_results["best_epoch"] <= 2
+    lines = (out / "predict_results.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 6
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"neg", "pos"}
+    assert (out / "training_curves.png").stat().st_size > 1000
+    history = json.loads((out / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2] and all(np.isfinite(h["train_loss"]) for h in history)
+
+    # the best model reloads through the Auto class with remote code, in eval mode equal to the recipe's predictions
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
+    assert model.config.id2label == {0: "neg", 1: "pos"} and model.config.num_labels == 2
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    enc = tokenizer(GOOD[:3] + BAD[:2], padding=True, return_tensors="pt")
+    assert tokenizer.padding_side == "left"
+    with torch.no_grad():
+        predicted = model(**enc).logits.argmax(-1)
+    assert [model.config.id2label[int(i)] for i in predicted] == [line.split("\t")[1] for line in lines[1:]]
+
+
+def test_learns_the_tiny_task(tmp_path, pretrained):
+    """A few epochs on 24 sentences separate the two classes of the training data (the validation set here)."""
+    train = write_rows(tmp_path / "train.jsonl", sentiment_rows(label=lambda good: int(good)))
+    results, _ = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--learning_rate", "3e-3",
+                     "--per_device_train_batch_size", "8", epochs=10)
+    assert results["eval_accuracy"] >= 0.9
+
+
+def test_tsv_pairs_regression(tmp_path, pretrained):
+    rows = [{"sentence1": a, "sentence2": b, "label": float(i % 5)} for i, (a, b) in enumerate(zip(GOOD + BAD, BAD + GOOD))]
+    train = write_rows(tmp_path / "train.tsv", rows)
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train, epochs=1)
+    assert set(json.loads((out / "eval_results.json").read_text())) == {"pearson", "spearmanr", "mse"}
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out)
+    assert model.config.num_labels == 1 and model.config.problem_type == "regression"
+    assert "test_pearson" in results
+    float((out / "predict_results.tsv").read_text().splitlines()[1].split("\t")[1])
+
+
+def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    out = tmp_path / "out"
+    results = run_glue.main(["--config_name", str(pretrained), "--tokenizer_name", str(pretrained), "--train_file", train,
+                             "--output_dir", str(out), "--num_train_epochs", "1", "--layerwise_lr_decay", "0.5"])
+    assert "eval_accuracy" not in results and (out / "model.safetensors").is_file()
+
+    model = xlnet_lite.XLNetLiteForSequenceClassification(xlnet_lite.XLNetLiteConfig(vocab_size=60, **{**TINY, "n_layer": 3}))
+    groups = run_glue.parameter_groups(model, learning_rate=1.0, weight_decay=0.01, layerwise_lr_decay=0.5)
+    lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    assert lr_of[id(named["logits_proj.weight"])] == 1.0
+    assert lr_of[id(named["transformer.layer.2.ff.layer_1.weight"])] == 1.0
+    assert lr_of[id(named["transformer.layer.1.rel_attn.q"])] == 0.5
+    assert lr_of[id(named["transformer.layer.0.rel_attn.q"])] == 0.25
+    assert lr_of[id(named["transformer.word_embedding.weight"])] == 0.125
+    wd_of = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    assert wd_of[id(named["transformer.layer.0.ff.layer_1.bias"])] == 0.0
+    assert wd_of[id(named["transformer.layer.0.ff.layer_1.weight"])] == 0.01
+    assert sum(len(g["params"]) for g in groups) == len(named)
+
+
+def test_converted_transformers_xlnet_checkpoint(tmp_path, pretrained):
+    hf_dir = tmp_path / "hf_xlnet"
+    config = transformers.XLNetConfig(vocab_size=60, **TINY)
+    transformers.XLNetLMHeadModel(config).save_pretrained(hf_dir)
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    results, out = run(tmp_path, hf_dir, "--tokenizer_name", str(pretrained), "--train_file", train, "--validation_file", train, epochs=1)
+    assert json.loads((out / "config.json").read_text())["model_type"] == "xlnet_lite"
+    assert "eval_accuracy" in results
+
+
+def test_checkpoint_resume_matches_uninterrupted_run(tmp_path, pretrained):
+    """Resuming from checkpoints/step_4 (inside epoch 2: 3 steps per epoch) retraces the uninterrupted run:
+    same batches, same dropout (the pretrained fixture has dropout 0.1), same losses and metrics."""
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    common = ["--train_file", train, "--validation_file", train, "--checkpointing_steps", "4"]
+    straight, out = run(tmp_path / "a", pretrained, *common, epochs=2)
+    ckpt = out / "checkpoints" / "step_4"
+    assert ckpt.is_dir() and not list(ckpt.parent.glob(".tmp*"))
+    assert json.loads((ckpt / "trainer_state.json").read_text())["completed_steps"] == 4
+
+    interrupted = tmp_path / "b" / "out"
+    shutil.copytree(out, interrupted)
+    for name in ("all_results.json", "eval_results.json", "history.json", "training_curves.png"):
+        (interrupted / name).unlink()
+    resumed, _ = run(tmp_path / "b", pretrained, *common, "--resume_from_checkpoint", "latest", epochs=2)
+    history = json.loads((interrupted / "history.json").read_text())
+    assert history == json.loads((out / "history.json").read_text())
+    assert [h["step"] for h in history] == [3, 6]
+    assert {k: v for k, v in resumed.items() if "runtime" not in k} == {k: v for k, v in straight.items() if "runtime" not in k}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad data stops with a message naming the file and the column
+
+
+def test_missing_column(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", [{"text": s, "label": 1} for s in GOOD])
+    with pytest.raises(ValueError, match=r"train\.csv.*sentence"):
+        run(tmp_path, pretrained, "--train_file", train)
+    no_label = write_rows(tmp_path / "nolabel.csv", [{"sentence": s} for s in GOOD])
+    with pytest.raises(ValueError, match=r"nolabel\.csv.*`label`"):
+        run(tmp_path, pretrained, "--train_file", no_label)
+
+
+def test_empty_file(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    empty = tmp_path / "valid.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"valid\.csv.*empty"):
+        run(tmp_path, pretrained, "--train_file", train, "--validation_file", str(empty))
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("sentence,label\n")
+    with pytest.raises(ValueError, match=r"header\.csv.*no rows"):
+        run(tmp_path, pretrained, "--train_file", str(header_only))
+
+
+def test_unseen_validation_label(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    valid = write_rows(tmp_path / "valid.csv", [{"sentence": "so so", "label": "meh"}, {"sentence": "good", "label": "pos"}])
+    with pytest.raises(ValueError, match=r"valid\.csv.*`label`.*meh"):
+        run(tmp_path, pretrained, "--train_file", train, "--validation_file", valid)
+
+
+def test_checkpoint_with_other_number_of_labels(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    _, finetuned = run(tmp_path / "first", pretrained, "--train_file", train, epochs=1)
+    three = write_rows(tmp_path / "three.csv", sentiment_rows(1) + [{"sentence": "it was fine", "label": "mixed"}])
+    with pytest.raises(ValueError, match=r"out.*2 labels.*`label`.*three\.csv.*3"):
+        run(tmp_path / "second", finetuned, "--train_file", three)
+
+
+def test_missing_default_pretraining_output(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="run_pretraining.py.*--model_name_or_path"):
+        run_glue.main(["--train_file", write_rows(tmp_path / "t.csv", sentiment_rows(1))])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Long documents through the memory
+
+
+def long_rows(n_docs=8, sentences=6):
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n_docs):
+        good = i % 2 == 0
+        pool = GOOD if good else BAD
+        rows.append({"sentence": " . ".join(rng.choice(pool, sentences)), "label": int(good)})
+    rows.append({"sentence": GOOD[0], "label": 1})  # one segment only
+    return rows
+
+
+def test_mems_mode_end_to_end(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.jsonl", long_rows())
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
+                       "--long_document_mode", "mems", epochs=1)
+    assert results["long_document_mode"] == "mems" and "test_accuracy" in results
+    assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
+
+
+def test_mems_mode_segments_and_memory(pretrained):
+    """Segments are cut from the start, the last one ends with <sep> <cls>; the class depends on the early
+    segments through the memory; a left-padded last segment gives the same logits as alone."""
+    tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
+    texts = [" . ".join(GOOD), " . ".join(BAD[::-1]), " . ".join(GOOD[::-1] + BAD[:1])]
+    enc = tokenizer(texts)
+    S = 40
+    rows = [{"input_ids": ids, "token_type_ids": tt, "index": i, "n_segments": math.ceil(len(ids) / S), "labels": 0}
+            for i, (ids, tt) in enumerate(zip(enc["input_ids"], enc["token_type_ids"]))]
+    assert len({r["n_segments"] for r in rows}) == 1 and rows[0]["n_segments"] >= 3, [len(i) for i in enc["input_ids"]]
+    collator = run_glue.SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, S)
+    batch = collator(rows)
+    n = rows[0]["n_segments"]
+    assert tuple(batch["prefix_input_ids"].shape) == (3, n - 1, S)
+    sep, cls = tokenizer.convert_tokens_to_ids(["<sep>", "<cls>"])
+    assert batch["input_ids"][:, -2:].tolist() == [[sep, cls]] * 3
+    assert torch.equal(torch.cat([batch["prefix_input_ids"][0].flatten(), batch["input_ids"][0][batch["attention_mask"][0] == 1]]),
+                       torch.tensor(enc["input_ids"][0]))
+
+    config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), **{**TINY, "num_labels": 2})
+    torch.manual_seed(0)
+    model = xlnet_lite.XLNetLiteForSequenceClassification(config).eval()
+    accelerator = run_glue.Accelerator(cpu=True)
+    together = run_glue.classify(model, batch, accelerator).logits
+    alone = torch.cat([run_glue.classify(model, collator([r]), accelerator).logits for r in rows])
+    torch.testing.assert_close(together, alone)
+
+    changed = dict(rows[0], input_ids=[7] + rows[0]["input_ids"][1:])  # only the first token of the first segment
+    assert not torch.allclose(run_glue.classify(model, collator([changed]), accelerator).logits, alone[:1])
+
+
+def test_segment_count_batches_cover_everything_once():
+    counts = [1, 3, 1, 2, 3, 3, 1, 2, 1, 1]
+    sampler = run_glue.SegmentCountBatchSampler(counts, 2, shuffle=True, seed=3)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(len(counts)))
+        assert all(len({counts[i] for i in b}) == 1 for b in batches)
+    sampler.set_epoch(0)
+    first = list(sampler)
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    sampler.set_epoch(0)
+    assert list(sampler) == first
