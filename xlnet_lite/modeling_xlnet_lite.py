@@ -317,9 +317,13 @@ def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping,
         B, T = inputs_embeds.shape[:2]
     if T == 0:
         raise ValueError("input_ids / inputs_embeds must hold at least one token (T >= 1)")
+    if B == 0:
+        raise ValueError("input_ids / inputs_embeds must hold at least one sequence (B >= 1)")
     for name, x in (("attention_mask", attention_mask), ("input_mask", input_mask), ("token_type_ids", token_type_ids)):
         if x is not None and tuple(x.shape) != (B, T):
             raise ValueError(f"{name} must have shape (B, T) = {(B, T)}, got {tuple(x.shape)}")
+    if token_type_ids is not None and (token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool):
+        raise ValueError(f"token_type_ids must be an integer tensor (segment ids), got {token_type_ids.dtype}")
     if attention_mask is not None and input_mask is not None:
         raise ValueError("Pass only one of attention_mask (0 = padding) or input_mask (1 = padding)")
     if perm_mask is not None and tuple(perm_mask.shape) != (B, T, T):
@@ -393,8 +397,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             seg_diff = token_type_ids[:, :, None] != keys[:, None, :]  # (B, T, K)
         query_pos = query_valid = may_attend_g = None
         if target_mapping is not None:
-            query_pos = target_mapping.argmax(-1)  # (B, P)
-            valid = target_mapping.sum(-1) > 0  # (B, P)
+            valid = (target_mapping != 0).any(-1)  # (B, P)
+            query_pos = (target_mapping != 0).to(torch.uint8).argmax(-1)  # (B, P) position of the one-hot entry
             query_valid = None if bool(valid.all()) else valid[:, :, None]
             may_attend_g = None if blocked is None else ~gather_rows(blocked, query_pos)
         pos_emb = relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device)
@@ -437,7 +441,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             mems=mems, attention_mask=attention_mask, input_mask=input_mask, token_type_ids=token_type_ids,
         )
         mlen = mems[0].shape[1] if mems is not None else 0
-        h = self.word_embedding(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, H)
+        h = self.word_embedding(input_ids) if inputs_embeds is None else inputs_embeds.to(self.dtype)  # (B, T, H)
+        if mems is not None:
+            mems = [m.to(device=h.device, dtype=h.dtype) for m in mems]
         pad_mask = input_mask > 0 if input_mask is not None else None
         if attention_mask is not None:
             pad_mask = attention_mask == 0  # (B, T)
@@ -509,14 +515,24 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel):
         logits = self.lm_loss(out.last_hidden_state)  # (B, P or T, V)
         loss = None
         if labels is not None:
-            if tuple(labels.shape) != tuple(logits.shape[:2]):
-                rows = "P" if target_mapping is not None else "T"
-                raise ValueError(f"labels must have shape (B, {rows}) = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
+            check_lm_labels(labels, tuple(logits.shape[:2]), self.config.vocab_size, target_mapping is not None)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
         result = XLNetLiteLMHeadModelOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
         )
         return result if return_dict else result.to_tuple()
+
+
+def check_lm_labels(labels, shape, vocab_size, partial):
+    if tuple(labels.shape) != shape:
+        raise ValueError(f"labels must have shape (B, {'P' if partial else 'T'}) = {shape}, got {tuple(labels.shape)}")
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be integer token ids, got {labels.dtype}")
+    if labels.numel() and not torch.compiler.is_compiling():
+        bad = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+        if bool(bad.any()):
+            raise ValueError(f"labels must be token ids in [0, vocab_size={vocab_size}) or -100 (ignored), "
+                             f"got {labels[bad][0].item()}")
 
 
 class XLNetLiteSequenceSummary(nn.Module):
