@@ -537,8 +537,16 @@ def main(argv=None):
 def truncate_metrics(path, step, accelerator):
     """On resume, drop the records an interrupted run wrote after its checkpoint."""
     if accelerator.is_main_process and path.exists():
-        kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        kept = [line for line in path.read_text().splitlines() if _step_of(line) <= step]
         path.write_text("".join(line + "\n" for line in kept))
+
+
+def _step_of(line):
+    """The step of a metrics record; a line cut short by a crash counts as after every checkpoint."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError):
+        return math.inf
 
 
 def log_metrics(path, record, accelerator, with_tracking):

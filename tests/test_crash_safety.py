@@ -1,0 +1,99 @@
+"""Crash safety of the pretraining recipe: SIGKILL at random moments, resume with `latest`, and the run ends as if
+never interrupted; SIGTERM saves a checkpoint before exiting."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+from test_pretraining import REPO, corpus, read_metrics, tiny_args  # noqa: F401  (corpus is a fixture)
+
+SCRIPT = str(REPO / "pretrain" / "run_pretraining.py")
+
+
+def launch(args, env):
+    return subprocess.Popen([sys.executable, SCRIPT, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def lines_in(path):
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_for_lines(proc, path, count, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if lines_in(path) >= count:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run_args(corpus, out, steps=16):
+    args = tiny_args(corpus, out, "--resume_from_checkpoint", "latest")
+    args[args.index("--max_steps") + 1] = str(steps)
+    args[args.index("--eval_steps") + 1] = "8"
+    args[args.index("--checkpointing_steps") + 1] = "2"
+    return args
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_matches_uninterrupted(corpus, tmp_path, env):
+    straight = tmp_path / "straight"
+    proc = launch(run_args(corpus, straight), env)
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+
+    out = tmp_path / "killed"
+    rng = random.Random(1234)
+    kills = 0
+    for _ in range(3):
+        proc = launch(run_args(corpus, out), env)
+        done = lines_in(out / "metrics.jsonl")
+        if not wait_for_lines(proc, out / "metrics.jsonl", done + rng.randint(1, 4)):
+            break
+        time.sleep(rng.uniform(0.0, 0.4))  # anywhere: mid-step, mid-checkpoint, mid-log
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+    assert kills >= 2
+    proc = launch(run_args(corpus, out), env)
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+
+    a, b = read_metrics(straight), read_metrics(out)
+    assert [m["step"] for m in a] == [m["step"] for m in b]
+    for x, y in zip(a, b):
+        assert x["loss"] == pytest.approx(y["loss"], abs=1e-5), x["step"]
+        if "eval_loss" in x:
+            assert x["eval_loss"] == pytest.approx(y["eval_loss"], abs=1e-5)
+    wa, wb = load_file(str(straight / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert (wa[key] - wb[key]).abs().max() < 1e-5, key
+    assert not any(p.name.endswith(".tmp") for p in (out / "checkpoints").iterdir())
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_exits(corpus, tmp_path, env):
+    out = tmp_path / "term"
+    args = run_args(corpus, out, steps=200)
+    args[args.index("--checkpointing_steps") + 1] = "1000"
+    proc = launch(args, env)
+    assert wait_for_lines(proc, out / "metrics.jsonl", 3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
+    checkpoints = sorted((out / "checkpoints").glob("step_*"))
+    assert len(checkpoints) == 1
+    step = int(checkpoints[0].name[5:])
+    assert step >= 3 and json.loads((checkpoints[0] / "data_state_rank0.json").read_text())["step"] == step
