@@ -73,8 +73,10 @@ class AttentionInputs:
     pos_emb: torch.Tensor  # (1 or 2, R, H) sinusoid of relative distance (2 with bi_data)
     may_attend_h: torch.Tensor | None  # (B or 1, T, K) bool, content stream; None = all visible
     may_attend_g: torch.Tensor | None  # (B, P, K) bool, query stream rows; None = all visible
-    seg_diff_h: torch.Tensor | None  # (B, T, K) bool, True where query and key segments differ
-    seg_diff_g: torch.Tensor | None  # (B, P, K) bool
+    seg_query_h: torch.Tensor | None  # (B, T) long segment ids of the content-stream queries; None = no segments
+    seg_query_g: torch.Tensor | None  # (B, P) long segment ids of the predicted tokens
+    seg_keys: torch.Tensor | None  # (B, K) long segment ids of the keys, memory as segment 0
+    seg_classes: int  # number of segment ids (max id + 1)
     query_pos: torch.Tensor | None  # (B, P) long, position of each predicted token
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
 
@@ -179,37 +181,44 @@ class XLNetLiteRelativeAttention(nn.Module):
         """(B, S, H) @ (H, N, D) -> (B, S, N, D)."""
         return (x @ weight.flatten(1)).unflatten(-1, (self.n_head, self.d_head))
 
-    def attend(self, q, k, v, kr, *, biases, may_attend, seg_diff, query_pos, qlen, klen, eager):
+    def attend(self, q, k, v, kr, *, biases, may_attend, seg_q, seg_k, seg_classes, query_pos, qlen, klen, eager):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
 
         q (B, Q, N, D) with Q = T (content stream) or P (query stream, rows at query_pos); k, v (B, K, N, D);
-        kr (B or 1, R, N, D). Returns the attention vector (B, Q, N*D) and the probabilities (eager only).
+        kr (B or 1, R, N, D); seg_q (B, Q) / seg_k (B, K) segment ids or None. Returns the attention vector
+        (B, Q, N*D) and the probabilities (eager only). A query that may see no key attends to nothing.
         """
         u, v_bias, b = biases
-        q = q.transpose(1, 2)  # (B, N, Q, D)
-        pos = (q + v_bias[:, None]) @ kr.permute(0, 2, 3, 1)  # (B, N, Q, R)
-        bias = rel_shift(pos, qlen=qlen, klen=klen, query_pos=query_pos)  # (B, N, Q, K)
-        if seg_diff is not None:
-            seg = (q + b[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2)
-            bias = bias + torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1])  # (B, N, Q, K)
-        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, N, K, D)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, N, Q or K, D)
         mask = None if may_attend is None else may_attend[:, None]  # (B or 1, 1, Q, K)
-        if eager:
-            score = ((q + u[:, None]) @ k.transpose(-1, -2) + bias) * self.scale  # (B, N, Q, K)
+        seg = None if seg_q is None else (q + b[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, diff
+        shift = dict(qlen=qlen, klen=klen, query_pos=query_pos)
+        if eager:  # the reference's order of operations
+            score = (q + u[:, None]) @ k.transpose(-1, -2)  # (B, N, Q, K)
+            score = score + rel_shift((q + v_bias[:, None]) @ kr.permute(0, 2, 3, 1), **shift)  # (B, N, Q, R) -> K
+            if seg is not None:
+                differ = (seg_q[:, :, None] != seg_k[:, None, :])[:, None]  # (B, 1, Q, K)
+                score = score + torch.where(differ, seg[..., 1:], seg[..., :1])
+            score = score * self.scale
             if mask is not None:
                 score = score.masked_fill(~mask, torch.finfo(score.dtype).min)
             prob = score.softmax(-1)
-            if mask is not None:  # a query that may see no key attends to nothing (not to everything)
+            if mask is not None:
                 prob = prob * mask.any(-1, keepdim=True)
             out = self.dropout(prob) @ v  # (B, N, Q, D)
-        else:
-            bias = bias * self.scale
-            if mask is not None:
-                bias = bias.masked_fill(~mask, float("-inf"))
-            p = self.dropout.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q + u[:, None], k, v, attn_mask=bias, dropout_p=p, scale=self.scale)
-            prob = None
-        return out.transpose(1, 2).flatten(2), prob  # (B, Q, N*D)
+            return out.transpose(1, 2).flatten(2), prob
+        bias = rel_shift(((q + v_bias[:, None]) * self.scale) @ kr.permute(0, 2, 3, 1), **shift)  # (B, N, Q, K)
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf"))
+        q = q + u[:, None]
+        if seg is not None:  # (q+b)s as extra dims of the dot product: same segment = onehot(seg_i) . onehot(seg_j)
+            same_q = F.one_hot(seg_q, seg_classes).to(q.dtype)[:, None]  # (B, 1, Q, C)
+            same_k = F.one_hot(seg_k, seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)  # (B, N, K, C)
+            q = torch.cat([q, (seg[..., :1] - seg[..., 1:]) * same_q], dim=-1)  # (B, N, Q, D + C); s_diff cancels
+            k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
+        p = self.dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=self.scale)  # (B, N, Q, D)
+        return out.transpose(1, 2).flatten(2), None
 
     def post_attention(self, x, attn_vec):
         """Output projection, dropout, residual, LayerNorm. attn_vec (B, Q, N*D) -> (B, Q, H)."""
@@ -224,15 +233,15 @@ class XLNetLiteRelativeAttention(nn.Module):
         kr = self.project(ai.pos_emb, self.r)  # (1 or 2, R, N, D)
         if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
             kr = kr.repeat_interleave(h.shape[0] // 2, dim=0)  # (B, R, N, D)
-        core = dict(biases=biases, qlen=h.shape[1], klen=klen, eager=eager)
+        core = dict(biases=biases, seg_k=ai.seg_keys, seg_classes=ai.seg_classes, qlen=h.shape[1], klen=klen, eager=eager)
         vec_h, prob_h = self.attend(
-            self.project(h, self.q), k, v, kr, may_attend=ai.may_attend_h, seg_diff=ai.seg_diff_h, query_pos=None, **core
+            self.project(h, self.q), k, v, kr, may_attend=ai.may_attend_h, seg_q=ai.seg_query_h, query_pos=None, **core
         )
         out_h = self.post_attention(h, vec_h)
         if g is None:
             return out_h, None, (prob_h,)
         vec_g, prob_g = self.attend(
-            self.project(g, self.q), k, v, kr, may_attend=ai.may_attend_g, seg_diff=ai.seg_diff_g,
+            self.project(g, self.q), k, v, kr, may_attend=ai.may_attend_g, seg_q=ai.seg_query_g,
             query_pos=ai.query_pos, **core,
         )
         if ai.query_valid is not None:  # all-zero target_mapping rows get no attention output
@@ -324,6 +333,8 @@ def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping,
             raise ValueError(f"{name} must have shape (B, T) = {(B, T)}, got {tuple(x.shape)}")
     if token_type_ids is not None and (token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool):
         raise ValueError(f"token_type_ids must be an integer tensor (segment ids), got {token_type_ids.dtype}")
+    if token_type_ids is not None and token_type_ids.numel() and int(token_type_ids.min()) < 0:
+        raise ValueError(f"token_type_ids must be segment ids >= 0, got {int(token_type_ids.min())}")
     if attention_mask is not None and input_mask is not None:
         raise ValueError("Pass only one of attention_mask (0 = padding) or input_mask (1 = padding)")
     if perm_mask is not None and tuple(perm_mask.shape) != (B, T, T):
@@ -391,10 +402,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             perm_mask=perm_mask, pad_mask=pad_mask, attn_type=cfg.attn_type, same_length=cfg.same_length,
             qlen=qlen, mlen=mlen, device=device,
         )  # (B or 1, T, K)
-        seg_diff = None
-        if token_type_ids is not None:
-            keys = F.pad(token_type_ids, (mlen, 0), value=0)  # (B, K): memory counts as segment 0
-            seg_diff = token_type_ids[:, :, None] != keys[:, None, :]  # (B, T, K)
+        seg_keys = None if token_type_ids is None else F.pad(token_type_ids.long(), (mlen, 0), value=0)  # (B, K)
         query_pos = query_valid = may_attend_g = None
         if target_mapping is not None:
             valid = (target_mapping != 0).any(-1)  # (B, P)
@@ -406,8 +414,10 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             pos_emb=self.dropout(pos_emb.to(self.dtype)),
             may_attend_h=content_stream_mask(blocked, qlen=qlen, mlen=mlen),
             may_attend_g=_none_if_all(may_attend_g),
-            seg_diff_h=seg_diff,
-            seg_diff_g=None if query_pos is None else gather_rows(seg_diff, query_pos),
+            seg_query_h=None if seg_keys is None else token_type_ids.long(),
+            seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
+            seg_keys=seg_keys,
+            seg_classes=0 if seg_keys is None else int(seg_keys.max()) + 1,
             query_pos=query_pos,
             query_valid=query_valid,
         )
