@@ -37,9 +37,9 @@ from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
 # Architecture presets (parameter counts with the default 8,000-piece vocabulary, tied LM head).
 MODEL_SIZES = {
-    "tiny": dict(d_model=64, n_layer=2, n_head=2, d_inner=256),  # ~0.6M
-    "small": dict(d_model=256, n_layer=4, n_head=4, d_inner=1024),  # ~5.3M
-    "base": dict(d_model=768, n_layer=12, n_head=12, d_inner=3072),  # ~92M (XLNet-base layout)
+    "tiny": dict(d_model=64, n_layer=2, n_head=2, d_inner=256),  # 0.63M
+    "small": dict(d_model=256, n_layer=4, n_head=4, d_inner=1024),  # 5.5M
+    "base": dict(d_model=768, n_layer=12, n_head=12, d_inner=3072),  # 98M (XLNet-base layout)
 }
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup")
 
