@@ -91,3 +91,104 @@ def test_trust_remote_code_in_a_fresh_process(tmp_path, cls, auto, auto_name):
     with torch.no_grad():
         expected = model(**inputs)[0]
     torch.testing.assert_close(torch.load(folder / "remote_out.pt", weights_only=True), expected, atol=0, rtol=0)
+
+
+class FakeHub:
+    """Just enough of the Hub's HTTP API for huggingface_hub's create_repo + create_commit: the real client path of
+    `PreTrainedModel.push_to_hub`, with the committed files written to a folder."""
+
+    def __init__(self, folder):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hub = self
+        self.folder, self.commits = folder, 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, code, payload):
+                body = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self.reply(404, {"error": "not found"})
+
+            def do_HEAD(self):
+                self.send_response(404)
+                self.end_headers()
+
+            def do_POST(self):
+                data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path.startswith("/api/repos/create"):
+                    body = json.loads(data)
+                    name = f"{body['organization']}/{body['name']}"
+                    return self.reply(200, {"url": f"{hub.endpoint}/{name}", "name": name})
+                if self.path.startswith("/api/validate-yaml"):
+                    return self.reply(200, {})
+                if "/preupload/" in self.path:
+                    files = json.loads(data)["files"]
+                    return self.reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
+                                                      for f in files]})
+                if "/commit/" in self.path:
+                    hub.receive_commit(data)
+                    return self.reply(200, {"commitUrl": f"{hub.endpoint}/c/{'a' * 40}", "commitOid": "a" * 40})
+                self.reply(404, {"error": f"unexpected {self.path}"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def receive_commit(self, data):
+        import base64
+
+        for line in data.decode().splitlines():
+            item = json.loads(line)
+            if item["key"] == "file":
+                path = self.folder / item["value"]["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(base64.b64decode(item["value"]["content"]))
+        self.commits += 1
+
+
+PUSH = textwrap.dedent(
+    """
+    import sys, torch, xlnet_lite
+    config = xlnet_lite.XLNetLiteConfig(vocab_size=97, d_model=32, n_layer=2, n_head=4, d_inner=48, num_labels=3)
+    torch.manual_seed(0)
+    model = xlnet_lite.XLNetLiteForSequenceClassification(config)
+    model.push_to_hub("someone/tiny-xlnet-lite")
+    model.save_pretrained(sys.argv[1])
+    """
+)
+
+
+def test_push_to_hub_uses_the_standard_client_and_reloads_with_remote_code(tmp_path):
+    hub = FakeHub(tmp_path / "pushed")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_HUB_OFFLINE")}
+    env.update(HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_fake_token", HF_HOME=str(tmp_path / "hf_home"))
+    result = subprocess.run([sys.executable, "-c", PUSH, str(tmp_path / "local")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hub.server.shutdown()
+    pushed = tmp_path / "pushed"
+    assert hub.commits == 1
+    assert {"config.json", "model.safetensors", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py"} <= {
+        p.name for p in pushed.iterdir()}
+    torch.save({"input_ids": torch.randint(0, 97, (2, 9))}, pushed / "inputs.pt")
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HOME=str(tmp_path / "hf_home2"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", REMOTE, str(pushed), "AutoModelForSequenceClassification"],
+                            cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    local = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(tmp_path / "local").eval()
+    with torch.no_grad():
+        expected = local(**torch.load(pushed / "inputs.pt", weights_only=True))[0]
+    torch.testing.assert_close(torch.load(pushed / "remote_out.pt", weights_only=True), expected, atol=0, rtol=0)
