@@ -96,6 +96,17 @@ def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path)
             assert a["eval_loss"] == pytest.approx(b["eval_loss"], abs=1e-5)
 
 
+def test_same_seed_same_losses_in_one_process(straight_run, corpus, tmp_path):
+    out, _ = straight_run
+    args = tiny_args(corpus, tmp_path)
+    args[args.index("--max_steps") + 1] = "5"
+    args[args.index("--eval_steps") + 1] = "5"
+    run_pretraining.main(args)
+    again = read_metrics(tmp_path)
+    run_pretraining.main(args)  # a fresh start in the same folder (no --resume_from_checkpoint)
+    assert [(m["loss"], m.get("eval_loss")) for m in read_metrics(tmp_path)] == [(m["loss"], m.get("eval_loss")) for m in again]
+
+
 def test_output_loads_in_a_fresh_environment(straight_run, tmp_path):
     out, _ = straight_run
     code = (
@@ -133,6 +144,11 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
            str(REPO / "pretrain" / "run_pretraining.py"), *args]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
+    first = read_metrics(tmp_path / "out")
+    shutil.rmtree(tmp_path / "out" / "checkpoints")  # the same seed, run again: the same losses
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert [m["loss"] for m in read_metrics(tmp_path / "out")] == [m["loss"] for m in first]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["num_processes"] == 2
     step = tmp_path / "out" / "checkpoints" / "step_4"
