@@ -166,7 +166,9 @@ def _glue_splits(task):
                  "test": "test_matched"}
     keys = [k for k in TASK_TO_KEYS[task] if k]
     renamed = dict(zip(keys, ["sentence"] if len(keys) == 1 else ["sentence1", "sentence2"]))
-    return {ours: Split(ds[theirs].rename_columns(renamed), f"nyu-mll/glue/{task} ({theirs})") for ours, theirs in names.items()}
+    splits = {ours: Split(ds[theirs].rename_columns(renamed), f"nyu-mll/glue/{task} ({theirs})") for ours, theirs in names.items()}
+    splits["test"].data = splits["test"].data.remove_columns("label")  # GLUE hides test labels (-1)
+    return splits
 
 
 def load_data_file(path):
@@ -200,7 +202,7 @@ def _count_lines(path, *, limit):
     return count
 
 
-def text_columns(split: Split, *, task_name=None):
+def text_columns(split: Split):
     columns = split.data.column_names
     if "sentence1" in columns and "sentence2" in columns:
         return "sentence1", "sentence2"

@@ -168,6 +168,32 @@ def test_tsv_pairs_regression(tmp_path, pretrained):
     float((out / "predict_results.tsv").read_text().splitlines()[1].split("\t")[1])
 
 
+def test_glue_task_layout_mnli(tmp_path, pretrained, monkeypatch):
+    """--task_name reads nyu-mll/glue (stubbed here: no Hub in tests): columns renamed, matched and mismatched
+    validation scored (accuracy, accuracy_mm), test labels (-1) ignored."""
+    import datasets
+
+    features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+                                  "idx": datasets.Value("int32")})
+
+    def split(n, labelled=True):
+        return datasets.Dataset.from_dict({"premise": (GOOD + BAD)[:n], "hypothesis": (BAD + GOOD)[:n],
+                                           "label": [i % 3 if labelled else -1 for i in range(n)], "idx": list(range(n))},
+                                          features=features)
+
+    glue = datasets.DatasetDict({"train": split(12), "validation_matched": split(6), "validation_mismatched": split(5),
+                                 "test_matched": split(4, labelled=False)})
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or glue)
+    results, out = run(tmp_path, pretrained, "--task_name", "mnli", epochs=1)
+    assert calls == [("nyu-mll/glue", "mnli")]
+    assert set(json.loads((out / "eval_results.json").read_text())) == {"accuracy", "accuracy_mm"}
+    assert not any(k.startswith("test_accuracy") for k in results)
+    predictions = (out / "predict_results.tsv").read_text().splitlines()[1:]
+    assert len(predictions) == 4 and {p.split("\t")[1] for p in predictions} <= {"entailment", "neutral", "contradiction"}
+
+
 def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
     out = tmp_path / "out"
