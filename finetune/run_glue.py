@@ -54,6 +54,10 @@ TASK_TO_KEYS = {
 FILE_FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}), ".jsonl": ("json", {})}
 
 
+class RecipeError(ValueError):
+    """Bad arguments or bad data: the message names the file (or flag) and the column."""
+
+
 @dataclass
 class FinetuneArguments:
     # data
@@ -118,17 +122,24 @@ def _base_type(annotation):
 
 def check_args(args):
     if args.task_name and (args.train_file or args.validation_file):
-        raise ValueError("Pass either --task_name or --train_file/--validation_file, not both")
+        raise RecipeError("Pass either --task_name or --train_file/--validation_file, not both")
     if (args.validation_file or args.test_file) and not args.task_name and not args.train_file:
-        raise ValueError("--validation_file/--test_file need a --train_file (the label set comes from the training data)")
+        raise RecipeError("--validation_file/--test_file need a --train_file (the label set comes from the training data)")
     if args.config_name and args.model_name_or_path:
-        raise ValueError("Pass --model_name_or_path (pretrained weights) or --config_name (random initialisation), not both")
+        raise RecipeError("Pass --model_name_or_path (pretrained weights) or --config_name (random initialisation), not both")
     if args.max_seq_length < 3:
-        raise ValueError(f"--max_seq_length must be at least 3 (text, <sep>, <cls>), got {args.max_seq_length}")
+        raise RecipeError(f"--max_seq_length must be at least 3 (text, <sep>, <cls>), got {args.max_seq_length}")
     if args.checkpointing_steps not in (None, "epoch") and not str(args.checkpointing_steps).isdigit():
-        raise ValueError(f"--checkpointing_steps must be a number of steps or 'epoch', got {args.checkpointing_steps!r}")
+        raise RecipeError(f"--checkpointing_steps must be a number of steps or 'epoch', got {args.checkpointing_steps!r}")
+    if args.config_name is None and args.model_name_or_path is None:
+        if not os.path.isdir(DEFAULT_PRETRAINED):
+            raise FileNotFoundError(
+                f"No pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path). Run the pretraining "
+                f"first ({PRETRAIN_COMMAND}), or pass --model_name_or_path (or --config_name for random initialisation)"
+            )
+        args.model_name_or_path = DEFAULT_PRETRAINED
     if args.layerwise_lr_decay <= 0:
-        raise ValueError(f"--layerwise_lr_decay must be > 0, got {args.layerwise_lr_decay}")
+        raise RecipeError(f"--layerwise_lr_decay must be > 0, got {args.layerwise_lr_decay}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -177,17 +188,17 @@ def load_data_file(path):
 
     suffix = Path(path).suffix.lower()
     if suffix not in FILE_FORMATS:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; use one of {sorted(FILE_FORMATS)}")
+        raise RecipeError(f"{path}: unsupported file type {suffix!r}; use one of {sorted(FILE_FORMATS)}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.getsize(path) == 0:
-        raise ValueError(f"{path}: the file is empty")
+        raise RecipeError(f"{path}: the file is empty")
     builder, kwargs = FILE_FORMATS[suffix]
     if _count_lines(path, limit=2) < (2 if builder == "csv" else 1):
-        raise ValueError(f"{path}: the file holds no rows (header only?)")
+        raise RecipeError(f"{path}: the file holds no rows (header only?)")
     data = datasets.load_dataset(builder, data_files={"data": str(path)}, split="data", **kwargs)
     if len(data) == 0:
-        raise ValueError(f"{path}: the file holds no rows (header only?)")
+        raise RecipeError(f"{path}: the file holds no rows (header only?)")
     return data
 
 
@@ -208,7 +219,7 @@ def text_columns(split: Split):
         return "sentence1", "sentence2"
     if "sentence" in columns:
         return "sentence", None
-    raise ValueError(
+    raise RecipeError(
         f"{split.source}: no text column: expected `sentence`, or `sentence1` and `sentence2`; found columns {columns}"
     )
 
@@ -219,13 +230,13 @@ def check_split(split: Split, columns, *, needs_label):
             continue
         bad = [i for i, text in enumerate(split.data[column]) if not isinstance(text, str)]
         if bad:
-            raise ValueError(f"{split.source}: column `{column}` has a missing or non-text value in row {bad[0]}")
+            raise RecipeError(f"{split.source}: column `{column}` has a missing or non-text value in row {bad[0]}")
     if needs_label and "label" not in split.data.column_names:
-        raise ValueError(f"{split.source}: no `label` column (found columns {split.data.column_names})")
+        raise RecipeError(f"{split.source}: no `label` column (found columns {split.data.column_names})")
     if "label" in split.data.column_names and needs_label:
         missing = [i for i, v in enumerate(split.data["label"]) if v is None]
         if missing:
-            raise ValueError(f"{split.source}: column `label` is empty in row {missing[0]}")
+            raise RecipeError(f"{split.source}: column `label` is empty in row {missing[0]}")
 
 
 @dataclass
@@ -261,7 +272,7 @@ def read_labels(train: Split) -> Labels:
         return Labels([], True)
     values = sorted(set(train.data["label"]), key=lambda v: (isinstance(v, str), v))
     if len(values) < 2:
-        raise ValueError(f"{train.source}: column `label` has a single value {values}: nothing to classify")
+        raise RecipeError(f"{train.source}: column `label` has a single value {values}: nothing to classify")
     return Labels([str(v) for v in values], False)
 
 
@@ -282,7 +293,7 @@ def label_ids(split: Split, labels: Labels, train_source):
     index = {name: i for i, name in enumerate(labels.names)}
     unseen = sorted({str(v) for v in values} - set(index))
     if unseen:
-        raise ValueError(
+        raise RecipeError(
             f"{split.source}: column `label` has values {unseen} that the training data ({train_source}) never has; "
             f"known labels: {labels.names}"
         )
@@ -354,7 +365,7 @@ class SegmentCollator:
     def __call__(self, examples):
         counts = {ex["n_segments"] for ex in examples}
         if len(counts) != 1:
-            raise ValueError(f"a batch mixes documents of {sorted(counts)} segments; batches must come from SegmentCountBatchSampler")
+            raise RecipeError(f"a batch mixes documents of {sorted(counts)} segments; batches must come from SegmentCountBatchSampler")
         n_prefix = (counts.pop() - 1) * self.segment_len
         prefix_ids = torch.tensor([ex["input_ids"][:n_prefix] for ex in examples], dtype=torch.long)
         prefix_types = torch.tensor([ex["token_type_ids"][:n_prefix] for ex in examples], dtype=torch.long)
@@ -395,13 +406,6 @@ def load_model_and_tokenizer(args, labels: Labels, train_source):
     """(model, tokenizer): a pretrained / finetuned XLNet-Lite, a converted transformers XLNet, or a random
     initialisation from --config_name; the classification head sized for `labels`."""
     path = args.model_name_or_path
-    if args.config_name is None and path is None:
-        path = DEFAULT_PRETRAINED
-        if not os.path.isdir(path):
-            raise FileNotFoundError(
-                f"No pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path). Run the pretraining "
-                f"first ({PRETRAIN_COMMAND}), or pass --model_name_or_path (or --config_name for random initialisation)"
-            )
     remote = {"trust_remote_code": args.trust_remote_code}
     tokenizer = load_tokenizer(args.tokenizer_name or path or args.config_name, **remote)
     tokenizer.padding_side = "left"
@@ -413,7 +417,7 @@ def load_model_and_tokenizer(args, labels: Labels, train_source):
         kwargs = checkpoint_label_kwargs(config, labels, path, train_source)
         model = _from_pretrained(path, config.model_type, kwargs, remote)
     if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
+        raise RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
     model.config.reuse_len = None  # cache whole segments: reuse_len is a pretraining setting
     if args.mem_len is not None:
         model.config.mem_len = args.mem_len
@@ -444,7 +448,7 @@ def checkpoint_label_kwargs(config, labels: Labels, path, train_source):
     if not has_head:
         return kwargs  # a pretraining output: the head is newly initialised
     if config.num_labels != labels.num_labels:
-        raise ValueError(
+        raise RecipeError(
             f"{path} has a classification head with {config.num_labels} labels ({list(config.id2label.values())}), "
             f"but column `label` of {train_source} has {labels.num_labels} ({labels.names or 'regression'}); "
             f"start from a checkpoint without a classification head (a pretraining output) or use matching data"
@@ -789,4 +793,7 @@ def finish(args, accelerator, model, loaders, other_sets, labels, state, train_r
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except (RecipeError, FileNotFoundError) as error:
+        sys.exit(f"run_glue.py: error: {error}")

@@ -160,7 +160,8 @@ def test_learns_the_tiny_task(tmp_path, pretrained):
 def test_tsv_pairs_regression(tmp_path, pretrained):
     rows = [{"sentence1": a, "sentence2": b, "label": float(i % 5)} for i, (a, b) in enumerate(zip(GOOD + BAD, BAD + GOOD))]
     train = write_rows(tmp_path / "train.tsv", rows)
-    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train, epochs=1)
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
+                       "--with_tracking", epochs=1)
     assert set(json.loads((out / "eval_results.json").read_text())) == {"pearson", "spearmanr", "mse"}
     model = transformers.AutoModelForSequenceClassification.from_pretrained(out)
     assert model.config.num_labels == 1 and model.config.problem_type == "regression"
