@@ -1,0 +1,551 @@
+"""Side-by-side benchmark: transformers' XLNetLMHeadModel vs XLNet-Lite, same weights, same pretraining batch.
+
+    python benchmarks/bench_model.py [--config reference|large|all] [--runs 8] [--threads 2]
+                                     [--out benchmarks/results/model.json] [--profile]
+
+Per config it builds transformers' XLNetLMHeadModel (dropout 0.1, train mode) and its XLNet-Lite twins
+(`xlnet_lite.from_hf_xlnet`, identical weights), and times, in ONE process and alternating (the order rotates
+every run), these variants:
+
+    hf_fp32          transformers, fp32                        (the baseline of every ratio)
+    lite_eager_fp32  XLNet-Lite, eager attention, fp32
+    lite_sdpa_fp32   XLNet-Lite, scaled_dot_product_attention, fp32
+    hf_bf16          transformers under torch.autocast("cpu", dtype=torch.bfloat16)
+    lite_sdpa_bf16   XLNet-Lite, SDPA, under the same autocast
+
+on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on) and
+(2) an inference forward (eval mode, no_grad) of the same batch. Tokens/s = B * T / step time (median of
+--runs runs after --warmup runs). Each variant has its own model copy and optimizer.
+
+Peak memory of a training step is measured in a separate process per variant (this script re-invoked with
+--memory-child): after building the model, optimizer and batch and a gc, it resets the peak-RSS counter
+(/proc/self/clear_refs "5") and records the RSS (/proc/self/statm); it then runs --mem-steps training steps (the
+first allocates AdamW's state) and reports the peak RSS (VmHWM, /proc/self/status) minus that baseline. Not
+getrusage's ru_maxrss: on Linux it is inherited through fork/exec from the parent (here the benchmark process,
+already ~2 GB), so a child's ru_maxrss never drops below it (it is still recorded, as ru_maxrss_delta). This is
+what the OS sees (torch's CPU allocator does not cache: RSS follows the live tensors plus glibc's free lists).
+
+Model FLOP utilisation: torch.utils.flop_counter.FlopCounterMode counts the matmul FLOPs (mm/addmm/bmm/...)
+of one training step (forward + backward) and of one inference forward of each variant; achieved FLOP/s =
+counted FLOPs / median step time; MFU = achieved / the machine's matmul peak, measured in the same run (median
+of several 2048^3 matmuls, fp32 for the fp32 rows, bf16 for the bf16 rows). Each variant is charged its own
+FLOPs: XLNet-Lite does less work (query stream on P rows), so "hf-equivalent MFU" (the baseline's FLOPs /
+this variant's time) is reported too.
+
+The collator (xlnet_lite.collator.DataCollatorForXLNetPretraining, if present) is timed on B examples of T
+tokens (synthetic ids with XLNet's `A <sep> B <sep> <cls>` layout, a synthetic 8000-piece vocabulary) as a
+fraction of a training step.
+
+--profile runs torch.profiler over training steps of XLNet-Lite (sdpa, fp32) and transformers (fp32) at the
+reference config and prints the top ops by self CPU time.
+
+Not a test: never run it in CI. Step times on a shared machine are noisy; read medians, not single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from torch.utils.flop_counter import FlopCounterMode
+
+import xlnet_lite
+from xlnet_lite.modeling_xlnet_lite import XLNetLiteLMHeadModel
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from model_helpers import xlnet_masks  # noqa: E402
+
+CONFIGS = {
+    "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,
+                      num_predict=43, mem_len=None, reuse_len=None),
+    "large": dict(vocab_size=8000, d_model=512, n_layer=6, n_head=8, d_inner=2048, batch=4, seq_len=512,
+                  num_predict=85, mem_len=256, reuse_len=256),
+}
+# name -> (implementation, attention path, autocast dtype)
+VARIANTS = {
+    "hf_fp32": ("hf", None, None),
+    "lite_eager_fp32": ("lite", "eager", None),
+    "lite_sdpa_fp32": ("lite", "sdpa", None),
+    "hf_bf16": ("hf", None, torch.bfloat16),
+    "lite_sdpa_bf16": ("lite", "sdpa", torch.bfloat16),
+}
+BASELINE = "hf_fp32"
+SAME_PRECISION_BASELINE = {"lite_sdpa_bf16": "hf_bf16"}
+MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "reuse_len")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building models and batches
+
+
+def hf_config(cfg, dropout=0.1):
+    return transformers.XLNetConfig(**{k: cfg[k] for k in MODEL_KEYS}, dropout=dropout)
+
+
+def make_batch(cfg, seed=0):
+    """The pretraining batch: input ids with XLNet's segment layout, perm_mask, one-hot target_mapping, labels."""
+    B, T, P, V = cfg["batch"], cfg["seq_len"], cfg["num_predict"], cfg["vocab_size"]
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(8, V, (B, T), generator=gen)
+    token_type_ids = torch.zeros(B, T, dtype=torch.long)
+    sep = T // 2  # A <sep> B <sep> <cls>
+    input_ids[:, sep], input_ids[:, -2], input_ids[:, -1] = 4, 4, 3
+    token_type_ids[:, sep + 1:-1], token_type_ids[:, -1] = 1, 2
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
+    labels = input_ids.gather(1, target_mapping.argmax(-1))
+    return dict(input_ids=input_ids, token_type_ids=token_type_ids, perm_mask=perm_mask,
+                target_mapping=target_mapping, labels=labels)
+
+
+def make_hf_mems(hf, cfg, seed=1):
+    """Memory from a previous step, transformers' layout: n_layer tensors (M, B, H)."""
+    if not cfg["mem_len"]:
+        return None
+    prev = make_batch(cfg, seed=seed)
+    was_training = hf.training
+    hf.eval()
+    with torch.no_grad():
+        out = hf(input_ids=prev["input_ids"], token_type_ids=prev["token_type_ids"], use_mems=True)
+    hf.train(was_training)
+    return [m.detach() for m in out.mems]
+
+
+class Variant:
+    def __init__(self, name, model, batch, mems, autocast_dtype):
+        self.name, self.model, self.autocast_dtype = name, model, autocast_dtype
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.inputs = dict(batch)
+        if mems is not None:
+            self.inputs.update(mems=mems, use_mems=True)
+        self.infer_inputs = {k: v for k, v in self.inputs.items() if k != "labels"}
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast("cpu", dtype=self.autocast_dtype)
+
+    def forward_backward(self):
+        with self.autocast():
+            loss = self.model(**self.inputs).loss
+        loss.backward()
+        return loss
+
+    def train_step(self):
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_backward()
+        self.optimizer.step()
+        return loss
+
+    def infer(self):
+        with torch.no_grad(), self.autocast():
+            return self.model(**self.infer_inputs).logits
+
+
+def make_lite(hf, attn):
+    lite = xlnet_lite.from_hf_xlnet(hf)
+    lite.config._attn_implementation = attn
+    return lite
+
+
+def build_variants(cfg, names, seed=0):
+    torch.manual_seed(seed)
+    hf = transformers.XLNetLMHeadModel(hf_config(cfg)).train()
+    batch = make_batch(cfg)
+    hf_mems = make_hf_mems(hf, cfg)
+    lite_mems = None if hf_mems is None else [m.transpose(0, 1).contiguous() for m in hf_mems]  # (B, M, H)
+    variants = {}
+    for name in names:
+        impl, attn, dtype = VARIANTS[name]
+        if impl == "hf":
+            variants[name] = Variant(name, copy.deepcopy(hf).train(), batch, hf_mems, dtype)
+        else:
+            variants[name] = Variant(name, make_lite(hf, attn).train(), batch, lite_mems, dtype)
+    return hf, batch, hf_mems, lite_mems, variants
+
+
+def equivalence_check(hf, batch, hf_mems, lite_mems):
+    """Eval mode (no dropout), fp32: the twins must give the same loss and logits on this batch."""
+    inputs = dict(batch)
+    report = {}
+    hf.eval()
+    with torch.no_grad():
+        ref = hf(**inputs, mems=hf_mems)
+        for attn in ("eager", "sdpa"):
+            lite = make_lite(hf, attn).eval()
+            out = lite(**inputs, mems=lite_mems)
+            report[attn] = dict(
+                loss_abs_diff=abs(float(out.loss - ref.loss)),
+                logits_max_abs_diff=float((out.logits - ref.logits).abs().max()),
+            )
+    hf.train()
+    report["hf_loss"] = float(ref.loss)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Measurements
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def matmul_peak(dtype, n=2048, reps=8):
+    """FLOP/s of an n^3 matmul: samples (FLOP/s per run)."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        a @ b
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        samples.append(2 * n**3 / (time.perf_counter() - t0))
+    return samples
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def alternate(variants, fn, runs, warmup):
+    """Every run calls fn on each variant once, the order rotating; returns name -> seconds (warm-up dropped)."""
+    names = list(variants)
+    times = {n: [] for n in names}
+    for r in range(warmup + runs):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            dt = timed(lambda: fn(variants[name]))
+            if r >= warmup:
+                times[name].append(dt)
+    return times
+
+
+def count_flops(fn):
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def vm_hwm_bytes():
+    """Peak RSS of this address space (VmHWM). Unlike ru_maxrss it is not inherited from the parent process."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def memory_child(args):
+    """One variant, own process: peak RSS of training steps above the post-build RSS."""
+    cfg = config_with_overrides(args, args.config)
+    _, _, _, _, variants = build_variants(cfg, [args.memory_child])
+    v = variants[args.memory_child]
+    gc.collect()
+    reset = False
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+        reset = True
+    base_rss, base_hwm = rss_bytes(), vm_hwm_bytes()
+    base_maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for _ in range(args.mem_steps):
+        v.train_step()
+    hwm = vm_hwm_bytes()
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps(dict(variant=args.memory_child, baseline_rss=base_rss, baseline_vmhwm=base_hwm, hwm_reset=reset,
+                          vmhwm_after=hwm, peak_delta=hwm - base_rss, baseline_ru_maxrss=base_maxrss,
+                          ru_maxrss_after=maxrss, ru_maxrss_delta=maxrss - base_rss, steps=args.mem_steps)))
+
+
+def measure_memory(args, name, names):
+    out = {}
+    for variant in names:
+        cmd = [sys.executable, __file__, "--memory-child", variant, "--config", name, "--threads", str(args.threads),
+               "--mem-steps", str(args.mem_steps)]
+        if args.large_batch:
+            cmd += ["--large-batch", str(args.large_batch)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            out[variant] = dict(error=res.stderr[-2000:])
+            continue
+        out[variant] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+class _Tok:
+    """Just enough of a tokenizer for the collator: a synthetic vocabulary of XLNet special tokens + pieces."""
+
+    def __init__(self, vocab_size):
+        specials = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>"]
+        pieces = specials + [("▁w" if i % 3 == 0 else "x") + str(i) for i in range(len(specials), vocab_size)]
+        self._vocab = {p: i for i, p in enumerate(pieces)}
+        self._pieces = pieces
+        self.sep_token_id, self.cls_token_id, self.pad_token_id = 4, 3, 5
+
+    def get_vocab(self):
+        return dict(self._vocab)
+
+    def __len__(self):
+        return len(self._pieces)
+
+    def convert_ids_to_tokens(self, ids):
+        return [self._pieces[i] for i in ids]
+
+
+def time_collator(cfg, runs, batch):
+    try:
+        from xlnet_lite.collator import DataCollatorForXLNetPretraining
+    except ImportError as e:
+        return dict(skipped=f"xlnet_lite.collator.DataCollatorForXLNetPretraining not available ({e})")
+    B, T = cfg["batch"], cfg["seq_len"]
+    collator = DataCollatorForXLNetPretraining(
+        tokenizer=_Tok(cfg["vocab_size"]), plm_probability=cfg["num_predict"] / T, reuse_len=cfg["reuse_len"], seed=0,
+    )
+    examples = [dict(input_ids=batch["input_ids"][b].numpy(), token_type_ids=batch["token_type_ids"][b].numpy(),
+                     is_reversed=False) for b in range(B)]
+    out = collator(examples)
+    for _ in range(2):
+        collator(examples)
+    times = [timed(lambda: collator(examples)) for _ in range(max(runs, 10))]
+    return dict(median_s=median(times), times_s=times,
+                shapes={k: list(v.shape) for k, v in out.items()},
+                note="synthetic tokenizer/vocabulary; input_ids and token types of the benchmark batch")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One config
+
+
+def config_with_overrides(args, name):
+    cfg = dict(CONFIGS[name])
+    if name == "large" and args.large_batch:
+        cfg["batch"] = args.large_batch
+    return cfg
+
+
+def run_config(args, name, peaks):
+    cfg = config_with_overrides(args, name)
+    tokens = cfg["batch"] * cfg["seq_len"]
+    names = list(VARIANTS)
+    print(f"\n=== {name}: {cfg}", flush=True)
+    hf, batch, hf_mems, lite_mems, variants = build_variants(cfg, names)
+    equiv = equivalence_check(hf, batch, hf_mems, lite_mems)
+    print(f"equivalence (eval, fp32): {equiv}", flush=True)
+    del hf
+
+    for n, v in variants.items():  # one of each first, to see where the time goes before the long loops
+        print(f"  first training step {n}: {timed(v.train_step):.2f} s", flush=True)
+    t0 = time.perf_counter()
+    train_times = alternate(variants, Variant.train_step, args.runs, args.warmup)
+    print(f"training timed in {time.perf_counter() - t0:.0f} s", flush=True)
+    for v in variants.values():
+        v.model.eval()
+    t0 = time.perf_counter()
+    infer_times = alternate(variants, Variant.infer, args.runs, args.warmup)
+    print(f"inference timed in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    flops = {}
+    for n, v in variants.items():
+        v.model.train()
+        v.optimizer.zero_grad(set_to_none=True)
+        train_flops = count_flops(v.forward_backward)
+        v.model.eval()
+        params = [p for p in v.model.parameters() if p.requires_grad]
+        for p in params:  # FlopCounterMode's module tracker trips on params requiring grad under no_grad
+            p.requires_grad_(False)
+        flops[n] = dict(train=train_flops, infer=count_flops(v.infer))
+        for p in params:
+            p.requires_grad_(True)
+    del variants
+    gc.collect()
+
+    collator = time_collator(cfg, args.runs, batch)
+    memory = {} if args.no_memory else measure_memory(args, name, names)
+
+    rows = {}
+    for n in names:
+        dtype = VARIANTS[n][2]
+        peak = peaks["bf16"] if dtype is torch.bfloat16 else peaks["fp32"]
+        tr, inf = median(train_times[n]), median(infer_times[n])
+        rows[n] = dict(
+            train_median_s=tr, train_tokens_per_s=tokens / tr, train_times_s=train_times[n],
+            infer_median_s=inf, infer_tokens_per_s=tokens / inf, infer_times_s=infer_times[n],
+            train_gflop=flops[n]["train"] / 1e9, infer_gflop=flops[n]["infer"] / 1e9,
+            train_mfu=flops[n]["train"] / tr / peak, infer_mfu=flops[n]["infer"] / inf / peak,
+            train_mfu_hf_equivalent=flops[BASELINE]["train"] / tr / peak,
+            peak_for_mfu="bf16" if dtype is torch.bfloat16 else "fp32",
+            memory=memory.get(n),
+        )
+    base = rows[BASELINE]
+    for n, r in rows.items():
+        r["train_speedup_vs_hf_fp32"] = base["train_median_s"] / r["train_median_s"]
+        r["infer_speedup_vs_hf_fp32"] = base["infer_median_s"] / r["infer_median_s"]
+        mem, base_mem = r["memory"] or {}, base["memory"] or {}
+        if "peak_delta" in mem and "peak_delta" in base_mem:
+            r["memory_ratio_vs_hf_fp32"] = mem["peak_delta"] / base_mem["peak_delta"]
+        pair = SAME_PRECISION_BASELINE.get(n)
+        if pair:
+            r["train_speedup_vs_" + pair] = rows[pair]["train_median_s"] / r["train_median_s"]
+            r["infer_speedup_vs_" + pair] = rows[pair]["infer_median_s"] / r["infer_median_s"]
+            if "peak_delta" in mem and "peak_delta" in (rows[pair]["memory"] or {}):
+                r["memory_ratio_vs_" + pair] = mem["peak_delta"] / rows[pair]["memory"]["peak_delta"]
+    if "median_s" in collator:
+        collator["fraction_of_lite_sdpa_fp32_train_step"] = collator["median_s"] / rows["lite_sdpa_fp32"]["train_median_s"]
+        collator["fraction_of_lite_sdpa_bf16_train_step"] = collator["median_s"] / rows["lite_sdpa_bf16"]["train_median_s"]
+    print_table(name, cfg, rows, collator)
+    return dict(config=cfg, tokens_per_step=tokens, equivalence=equiv, variants=rows, collator=collator)
+
+
+def print_table(name, cfg, rows, collator):
+    print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, d_model {cfg['d_model']}, "
+          f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32")
+    head = (f"{'variant':<16} {'train tok/s':>11} {'x':>6} {'infer tok/s':>11} {'x':>6} {'peak MB':>8} {'x':>6} "
+            f"{'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10}")
+    print(head)
+    print("-" * len(head))
+    for n, r in rows.items():
+        mem = (r["memory"] or {}).get("peak_delta")
+        mem_s = f"{mem / 2**20:8.0f}" if mem is not None else f"{'n/a':>8}"
+        mem_x = f"{r['memory_ratio_vs_hf_fp32']:6.2f}" if "memory_ratio_vs_hf_fp32" in r else f"{'':>6}"
+        print(f"{n:<16} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
+              f"{r['infer_tokens_per_s']:11.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
+              f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}%")
+    for n, r in rows.items():
+        for pair in SAME_PRECISION_BASELINE.values():
+            if f"train_speedup_vs_{pair}" in r:
+                extra = (f", peak memory {r[f'memory_ratio_vs_{pair}']:.2f}x" if f"memory_ratio_vs_{pair}" in r else "")
+                print(f"{n} vs {pair}: train {r[f'train_speedup_vs_{pair}']:.2f}x, "
+                      f"inference {r[f'infer_speedup_vs_{pair}']:.2f}x{extra}")
+    if "median_s" in collator:
+        print(f"collator: {1000 * collator['median_s']:.1f} ms per batch = "
+              f"{100 * collator['fraction_of_lite_sdpa_fp32_train_step']:.1f}% of a lite sdpa fp32 training step, "
+              f"{100 * collator['fraction_of_lite_sdpa_bf16_train_step']:.1f}% of a bf16 one")
+    else:
+        print(f"collator: {collator.get('skipped')}")
+    print("MFU = counted matmul FLOPs of the variant / median time / measured matmul peak (bf16 peak for bf16 rows); "
+          "MFU(hf-eq) charges every variant transformers' FLOP count", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Profile
+
+
+def profile_steps(args):
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = CONFIGS["reference"]
+    _, _, _, _, variants = build_variants(cfg, ["lite_sdpa_fp32", "hf_fp32"])
+    report = {}
+    for name, v in variants.items():
+        for _ in range(3):
+            v.train_step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.profile_steps):
+                v.train_step()
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
+        rows = [dict(op=e.key, self_cpu_ms_per_step=e.self_cpu_time_total / 1000 / args.profile_steps,
+                     share=e.self_cpu_time_total / total, calls_per_step=e.count / args.profile_steps) for e in top]
+        report[name] = dict(steps=args.profile_steps, self_cpu_ms_per_step=total / 1000 / args.profile_steps, top=rows)
+        print(f"\n{name} (reference config, {args.threads} threads): {total / 1000 / args.profile_steps:.0f} ms "
+              f"self CPU per training step (mean of {args.profile_steps} profiled steps)")
+        print(f"{'op':<48} {'ms/step':>8} {'share':>6} {'calls/step':>10}")
+        for r in rows:
+            print(f"{r['op'][:48]:<48} {r['self_cpu_ms_per_step']:8.1f} {100 * r['share']:5.1f}% {r['calls_per_step']:10.0f}")
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def machine():
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
+                transformers=transformers.__version__, xlnet_lite=xlnet_lite.__version__,
+                loadavg=os.getloadavg())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", choices=["reference", "large", "all"], default="reference")
+    parser.add_argument("--runs", type=int, default=8, help="timed runs per variant (medians; >= 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per variant first")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--large-batch", type=int, default=None, help="batch of the large config (default 4)")
+    parser.add_argument("--mem-steps", type=int, default=3, help="training steps in each memory subprocess")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    parser.add_argument("--memory-only", action="store_true", help="only the memory subprocesses (no timing)")
+    parser.add_argument("--profile", action="store_true", help="also profile a training step (reference config)")
+    parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument("--out", default="benchmarks/results/model.json")
+    parser.add_argument("--memory-child", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.memory_child:
+        return memory_child(args)
+    if args.runs < 5:
+        parser.error("--runs must be >= 5")
+    if args.memory_only:
+        configs = ["reference", "large"] if args.config == "all" else [args.config]
+        result = {name: measure_memory(args, name, list(VARIANTS)) for name in configs}
+        for name, mem in result.items():
+            base = mem[BASELINE].get("peak_delta")
+            for n, m in mem.items():
+                if "peak_delta" in m:
+                    print(f"{name} {n:<16} peak {m['peak_delta'] / 2**20:7.0f} MB  x{m['peak_delta'] / base:5.2f} vs hf_fp32")
+                else:
+                    print(f"{name} {n}: {m.get('error')}")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(command=" ".join([Path(sys.executable).name] + sys.argv), memory=result), indent=1))
+        return None
+
+    result = dict(command=" ".join([Path(sys.executable).name] + sys.argv), machine=machine(),
+                  threads=args.threads, runs=args.runs, warmup=args.warmup)
+    peaks = dict(fp32=matmul_peak(torch.float32), bf16=matmul_peak(torch.bfloat16))
+    configs = ["reference", "large"] if args.config == "all" else [args.config]
+    result["configs"] = {}
+    for name in configs:
+        result["configs"][name] = run_config(args, name, {k: median(v) for k, v in peaks.items()})
+    # the peak again at the end: the machine is shared, its speed drifts
+    peaks = {k: v + matmul_peak(getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[k])) for k, v in peaks.items()}
+    result["matmul_peak_flops"] = {k: dict(median=median(v), samples=v) for k, v in peaks.items()}
+    print(f"\nmatmul peak (2048^3, {args.threads} threads, median of start+end samples): "
+          f"fp32 {median(peaks['fp32']) / 1e9:.0f} GFLOP/s, bf16 {median(peaks['bf16']) / 1e9:.0f} GFLOP/s "
+          "(MFU above used the start-of-run median)")
+    if args.profile:
+        result["profile"] = profile_steps(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
