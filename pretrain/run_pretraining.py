@@ -457,7 +457,7 @@ def main(argv=None):
         {"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)], "weight_decay": a.weight_decay},
         {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=a.learning_rate, eps=a.adam_epsilon)
+    optimizer = torch.optim.AdamW(groups, lr=a.learning_rate, eps=a.adam_epsilon, fused=True)  # one kernel, not 5 per tensor
     scheduler = get_scheduler(a.lr_scheduler_type, optimizer, num_warmup_steps=a.num_warmup_steps * accelerator.num_processes,
                               num_training_steps=a.max_steps * accelerator.num_processes)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)

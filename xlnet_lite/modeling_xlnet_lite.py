@@ -71,8 +71,9 @@ class AttentionInputs:
     """Everything a layer's attention needs besides the hidden states; built once per forward."""
 
     pos_emb: torch.Tensor  # (1 or 2, R, H) sinusoid of relative distance (2 with bi_data)
-    may_attend_h: torch.Tensor | None  # (B or 1, T, K) bool, content stream; None = all visible
-    may_attend_g: torch.Tensor | None  # (B, P, K) bool, query stream rows; None = all visible
+    blocked_h: torch.Tensor | None  # (B or 1, 1, T, K) bool, True = may not attend (content stream); None = none
+    blocked_g: torch.Tensor | None  # (B, 1, P, K) bool, the predicted tokens' rows (query stream)
+    no_key_g: torch.Tensor | None  # (B, 1, P, 1) bool, query rows that may see no key at all; None = there are none
     seg_query_h: torch.Tensor | None  # (B, T) long segment ids of the content-stream queries; None = no segments
     seg_query_g: torch.Tensor | None  # (B, P) long segment ids of the predicted tokens
     seg_keys: torch.Tensor | None  # (B, K) long segment ids of the keys, memory as segment 0
@@ -111,7 +112,7 @@ def content_stream_mask(blocked, *, qlen, mlen):
     if blocked is None:
         return None
     diagonal = F.pad(torch.eye(qlen, dtype=torch.bool, device=blocked.device), (mlen, 0))  # (T, K): key mlen + i
-    return ~(blocked & ~diagonal)  # may attend
+    return blocked & ~diagonal  # (B or 1, T, K) still blocked
 
 
 def sinusoid(pos_seq, d_model):
@@ -181,44 +182,55 @@ class XLNetLiteRelativeAttention(nn.Module):
         """(B, S, H) @ (H, N, D) -> (B, S, N, D)."""
         return (x @ weight.flatten(1)).unflatten(-1, (self.n_head, self.d_head))
 
-    def attend(self, q, k, v, kr, *, biases, may_attend, seg_q, seg_k, seg_classes, query_pos, qlen, klen, eager):
+    def keys(self, cat, pos_emb, *, seg_k, seg_classes, batch):
+        """Keys and values of one layer, shared by both streams.
+
+        Returns k (B, N, K, D + C) with the C one-hot segment dims of the keys appended (C = 0 without
+        segments), v (B, N, K, D) and the transposed positional keys kr (B or 1, N, D, R).
+        """
+        k = self.project(cat, self.k).transpose(1, 2)  # (B, N, K, D)
+        v = self.project(cat, self.v).transpose(1, 2)  # (B, N, K, D)
+        kr = self.project(pos_emb, self.r)  # (1 or 2, R, N, D)
+        if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
+            kr = kr.repeat_interleave(batch // 2, dim=0)  # (B, R, N, D)
+        if seg_k is not None:
+            same_k = F.one_hot(seg_k, seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)  # (B, N, K, C)
+            k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
+        return k, v, kr.permute(0, 2, 3, 1)
+
+    def attend(self, q, keys, *, biases, seg_q, seg_classes, blocked, no_key, query_pos, qlen, eager):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
 
-        q (B, Q, N, D) with Q = T (content stream) or P (query stream, rows at query_pos); k, v (B, K, N, D);
-        kr (B or 1, R, N, D); seg_q (B, Q) / seg_k (B, K) segment ids or None. Returns the attention vector
-        (B, Q, N*D) and the probabilities (eager only). A query that may see no key attends to nothing.
+        q (B, Q, N, D) with Q = T (content stream) or P (query stream, rows at query_pos). The segment term
+        (q+b)s_same/diff is computed exactly as extra dims of the q.k product: with same_ij = onehot(seg_i) .
+        onehot(seg_j), (q+b)s = (q+b)s_diff + [(q+b)(s_same - s_diff)] same_ij, and the first part is the same for
+        every key of a row, so softmax drops it. Returns (B, Q, N*D) and the probabilities (explicit path only).
+        A query that may see no key attends to nothing.
         """
+        k, v, kr = keys
         u, v_bias, b = biases
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, N, Q or K, D)
-        mask = None if may_attend is None else may_attend[:, None]  # (B or 1, 1, Q, K)
-        seg = None if seg_q is None else (q + b[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, diff
-        shift = dict(qlen=qlen, klen=klen, query_pos=query_pos)
-        if eager:  # the reference's order of operations
-            score = (q + u[:, None]) @ k.transpose(-1, -2)  # (B, N, Q, K)
-            score = score + rel_shift((q + v_bias[:, None]) @ kr.permute(0, 2, 3, 1), **shift)  # (B, N, Q, R) -> K
-            if seg is not None:
-                differ = (seg_q[:, :, None] != seg_k[:, None, :])[:, None]  # (B, 1, Q, K)
-                score = score + torch.where(differ, seg[..., 1:], seg[..., :1])
-            score = score * self.scale
-            if mask is not None:
-                score = score.masked_fill(~mask, torch.finfo(score.dtype).min)
-            prob = score.softmax(-1)
-            if mask is not None:
-                prob = prob * mask.any(-1, keepdim=True)
-            out = self.dropout(prob) @ v  # (B, N, Q, D)
-            return out.transpose(1, 2).flatten(2), prob
-        bias = rel_shift(((q + v_bias[:, None]) * self.scale) @ kr.permute(0, 2, 3, 1), **shift)  # (B, N, Q, K)
-        if mask is not None:
-            bias = bias.masked_fill(~mask, float("-inf"))
-        q = q + u[:, None]
-        if seg is not None:  # (q+b)s as extra dims of the dot product: same segment = onehot(seg_i) . onehot(seg_j)
+        q = q.transpose(1, 2)  # (B, N, Q, D)
+        pos = ((q + v_bias[:, None]) * self.scale) @ kr  # (B, N, Q, R)
+        pos = rel_shift(pos, qlen=qlen, klen=k.shape[2], query_pos=query_pos)  # (B, N, Q, K)
+        q_aug = q + u[:, None]
+        if seg_q is not None:
+            seg = (q + b[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different segment
             same_q = F.one_hot(seg_q, seg_classes).to(q.dtype)[:, None]  # (B, 1, Q, C)
-            same_k = F.one_hot(seg_k, seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)  # (B, N, K, C)
-            q = torch.cat([q, (seg[..., :1] - seg[..., 1:]) * same_q], dim=-1)  # (B, N, Q, D + C); s_diff cancels
-            k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
-        p = self.dropout.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=self.scale)  # (B, N, Q, D)
-        return out.transpose(1, 2).flatten(2), None
+            q_aug = torch.cat([q_aug, (seg[..., :1] - seg[..., 1:]) * same_q], dim=-1)  # (B, N, Q, D + C)
+        if eager:
+            score = (q_aug * self.scale) @ k.transpose(-1, -2) + pos  # (B, N, Q, K)
+            if blocked is not None:
+                score.masked_fill_(blocked, torch.finfo(score.dtype).min)
+            prob = score.softmax(-1)
+            if no_key is not None:
+                prob = prob.masked_fill(no_key, 0.0)
+            out = self.dropout(prob) @ v  # (B, N, Q, D)
+        else:
+            bias = pos if blocked is None else pos.masked_fill(blocked, float("-inf"))
+            p = self.dropout.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q_aug, k, v, attn_mask=bias, dropout_p=p, scale=self.scale)
+            prob = None
+        return out.transpose(1, 2).flatten(2), prob  # (B, Q, N*D)
 
     def post_attention(self, x, attn_vec):
         """Output projection, dropout, residual, LayerNorm. attn_vec (B, Q, N*D) -> (B, Q, H)."""
@@ -228,20 +240,16 @@ class XLNetLiteRelativeAttention(nn.Module):
     def forward(self, h, g, mem, ai, *, biases, eager):
         """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None. Returns h, g, (prob_h, prob_g)."""
         cat = h if mem is None else torch.cat([mem, h], dim=1)  # (B, K, H)
-        klen = cat.shape[1]
-        k, v = self.project(cat, self.k), self.project(cat, self.v)  # (B, K, N, D)
-        kr = self.project(ai.pos_emb, self.r)  # (1 or 2, R, N, D)
-        if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
-            kr = kr.repeat_interleave(h.shape[0] // 2, dim=0)  # (B, R, N, D)
-        core = dict(biases=biases, seg_k=ai.seg_keys, seg_classes=ai.seg_classes, qlen=h.shape[1], klen=klen, eager=eager)
+        keys = self.keys(cat, ai.pos_emb, seg_k=ai.seg_keys, seg_classes=ai.seg_classes, batch=h.shape[0])
+        core = dict(biases=biases, seg_classes=ai.seg_classes, qlen=h.shape[1], eager=eager)
         vec_h, prob_h = self.attend(
-            self.project(h, self.q), k, v, kr, may_attend=ai.may_attend_h, seg_q=ai.seg_query_h, query_pos=None, **core
+            self.project(h, self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None, query_pos=None, **core
         )
         out_h = self.post_attention(h, vec_h)
         if g is None:
             return out_h, None, (prob_h,)
         vec_g, prob_g = self.attend(
-            self.project(g, self.q), k, v, kr, may_attend=ai.may_attend_g, seg_q=ai.seg_query_g,
+            self.project(g, self.q), keys, seg_q=ai.seg_query_g, blocked=ai.blocked_g, no_key=ai.no_key_g,
             query_pos=ai.query_pos, **core,
         )
         if ai.query_valid is not None:  # all-zero target_mapping rows get no attention output
@@ -403,17 +411,23 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             qlen=qlen, mlen=mlen, device=device,
         )  # (B or 1, T, K)
         seg_keys = None if token_type_ids is None else F.pad(token_type_ids.long(), (mlen, 0), value=0)  # (B, K)
-        query_pos = query_valid = may_attend_g = None
+        query_pos = query_valid = blocked_g = no_key_g = None
         if target_mapping is not None:
             valid = (target_mapping != 0).any(-1)  # (B, P)
             query_pos = (target_mapping != 0).to(torch.uint8).argmax(-1)  # (B, P) position of the one-hot entry
             query_valid = None if bool(valid.all()) else valid[:, :, None]
-            may_attend_g = None if blocked is None else ~gather_rows(blocked, query_pos)
+            if blocked is not None:
+                blocked_g = gather_rows(blocked, query_pos)[:, None]  # (B, 1, P, K)
+                no_key_g = blocked_g.all(-1, keepdim=True)  # (B, 1, P, 1)
+                no_key_g = no_key_g if bool(no_key_g.any()) else None
+                blocked_g = blocked_g if bool(blocked_g.any()) else None
+        blocked_h = content_stream_mask(blocked, qlen=qlen, mlen=mlen)
         pos_emb = relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device)
         return AttentionInputs(
             pos_emb=self.dropout(pos_emb.to(self.dtype)),
-            may_attend_h=content_stream_mask(blocked, qlen=qlen, mlen=mlen),
-            may_attend_g=_none_if_all(may_attend_g),
+            blocked_h=None if blocked_h is None or not bool(blocked_h.any()) else blocked_h[:, None],
+            blocked_g=blocked_g,
+            no_key_g=no_key_g,
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
@@ -486,10 +500,6 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             attentions=tuple(attentions) if output_attentions else None,
         )
         return out if return_dict else out.to_tuple()
-
-
-def _none_if_all(may_attend):
-    return None if may_attend is None or bool(may_attend.all()) else may_attend
 
 
 def _none_if_none_set(pad_mask):
