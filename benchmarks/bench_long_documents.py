@@ -6,7 +6,10 @@
 Documents are built from the embedded Rotten Tomatoes snippets: each concatenates `--reviews_per_doc`
 snippets, drawn from one split, `--majority` of them with the document's label and the rest with the other
 label, in random order, so the evidence is spread over the whole document and a reader that stops after
-`--max_seq_length` tokens sees only part of it. Both modes finetune the same model with the same budget
+`--max_seq_length` tokens sees only part of it. Modes: `truncate` (the first max_seq_length tokens),
+`mems` (every segment, through the memory; gradient through the last one), `mems_all` (the same with
+backpropagation through every segment) and `full` (one window of `--full_length` tokens that holds
+the whole document: the no-memory reference, quadratic in length). Every mode finetunes the same model with the same budget
 (epochs, batch size, learning rate, seed) through `finetune/run_glue.py`; the script records test accuracy,
 wall times and tokens per second, and writes JSON to benchmarks/results/.
 """
@@ -69,7 +72,8 @@ def main(argv=None):
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--modes", default="truncate,mems")
+    parser.add_argument("--modes", default="truncate,mems", help="comma-separated: truncate, mems, mems_all, full")
+    parser.add_argument("--full_length", type=int, default=512, help="max_seq_length of the 'full' mode")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadier on a shared 2-core machine)")
     parser.add_argument("--out", default="benchmarks/results/long_documents.json")
     args = parser.parse_args(argv)
@@ -90,8 +94,12 @@ def main(argv=None):
     results = {"setup": {k: v for k, v in vars(args).items() if k != "out"}, "modes": {}}
     for mode in args.modes.split(","):
         out_dir = work / mode
+        # "full": one segment long enough for every document (no truncation, no memory), the reference point
+        max_len = args.full_length if mode == "full" else args.max_seq_length
         flags = [*model_flags, "--train_file", files["train"], "--validation_file", files["validation"],
-                 "--test_file", files["test"], "--long_document_mode", mode, "--max_seq_length", str(args.max_seq_length),
+                 "--test_file", files["test"], "--long_document_mode", "mems" if mode.startswith("mems") else "truncate",
+                 "--mems_backprop", "all" if mode == "mems_all" else "last",
+                 "--max_seq_length", str(max_len),
                  "--mem_len", str(args.mem_len), "--num_train_epochs", str(args.num_train_epochs),
                  "--learning_rate", str(args.learning_rate), "--per_device_train_batch_size", str(args.batch_size),
                  "--seed", str(args.seed), "--output_dir", str(out_dir)]
@@ -109,7 +117,8 @@ def main(argv=None):
             "wall_time_s": round(wall, 2),
             "test_docs_per_s": round(args.eval_docs / scores["test_runtime_s"], 1) if scores.get("test_runtime_s") else None,
             "document_tokens": tokens,
-            "truncated_docs_fraction": tokens["test"]["longer_than_max_seq_length"] / tokens["test"]["docs"] if mode == "truncate" else 0.0,
+            "max_seq_length": max_len,
+            "truncated_docs_fraction": tokens["test"]["longer_than_max_seq_length"] / tokens["test"]["docs"] if not mode.startswith("mems") else 0.0,
         }
         print(json.dumps({mode: results["modes"][mode]}, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +137,7 @@ def document_tokens(run_glue, out_dir, docs):
     from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 
     tokenizer = load_tokenizer(out_dir)
-    max_len = json.loads((out_dir / "all_results.json").read_text())["max_seq_length"]
+    max_len = json.loads((out_dir / "all_results.json").read_text())["max_seq_length"]  # of this run
     counts = {}
     for name, rows in docs.items():
         lengths = np.array([len(ids) for ids in tokenizer([r["sentence"] for r in rows])["input_ids"]])

@@ -75,6 +75,7 @@ class FinetuneArguments:
     config_name: str | None = field(default=None, metadata={"help": "Random initialisation from this config (instead of --model_name_or_path)."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model or config folder)."})
     mem_len: int | None = field(default=None, metadata={"help": "Override the model's mem_len (memory tokens kept per layer) in mems mode."})
+    mems_backprop: str = field(default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all segments.", "choices": ("last", "all")})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the checkpoint's folder / Hub repo."})
     # optimisation
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate (of the classification head)."})
@@ -487,19 +488,36 @@ def parameter_groups(model, *, learning_rate, weight_decay, layerwise_lr_decay):
 # Forward, evaluation
 
 
-def classify(model, batch, accelerator, *, labels=None):
-    """Read the prefix segments without gradient, carrying the memory, then classify the last segment."""
+def classify(model, batch, accelerator, *, labels=None, backprop_all=False):
+    """Read the prefix segments in order, carrying the memory, then classify the last segment from its <cls>.
+    The prefix runs without gradient unless `backprop_all` (then the memory keeps its graph: backpropagation
+    through every segment of the document)."""
     mems = None
-    prefix_ids, prefix_types = batch["prefix_input_ids"], batch["prefix_token_type_ids"]
-    if prefix_ids.shape[1]:
+    if batch["prefix_input_ids"].shape[1]:
         core = accelerator.unwrap_model(model).transformer
-        with torch.no_grad(), accelerator.autocast():
-            for k in range(prefix_ids.shape[1]):
-                mems = core(input_ids=prefix_ids[:, k], token_type_ids=prefix_types[:, k], mems=mems, use_mems=True).mems
+        with torch.set_grad_enabled(backprop_all and torch.is_grad_enabled()), accelerator.autocast():
+            mems = read_prefix(core, batch["prefix_input_ids"], batch["prefix_token_type_ids"], keep_graph=backprop_all)
     return model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"],
         mems=mems, use_mems=False, labels=labels,
     )
+
+
+def read_prefix(core, prefix_ids, prefix_types, *, keep_graph):
+    """The memory after reading prefix segments (B, S-1, T) in order: one (B, M, H) tensor per layer.
+    keep_graph builds it from the layer inputs (output_hidden_states) instead of the model's detached cache."""
+    mems, mem_len = None, core.config.mem_len
+    for k in range(prefix_ids.shape[1]):
+        out = core(input_ids=prefix_ids[:, k], token_type_ids=prefix_types[:, k], mems=mems,
+                   use_mems=not keep_graph, output_hidden_states=keep_graph)
+        if not keep_graph:
+            mems = out.mems
+            continue
+        inputs = out.hidden_states[:-1]  # the input of each layer, (B, T, H): what the cache would hold
+        mems = list(inputs) if mems is None else [torch.cat([m, h], dim=1) for m, h in zip(mems, inputs)]  # (B, M, H)
+        if mem_len:
+            mems = [m[:, -mem_len:] for m in mems]
+    return mems
 
 
 @torch.no_grad()
@@ -714,7 +732,7 @@ def train(args, accelerator, model, optimizer, scheduler, train_loader, sampler,
             loader = accelerator.skip_first_batches(train_loader, done_batches)
         for batch in loader:
             with accelerator.accumulate(model):
-                loss = classify(model, batch, accelerator, labels=batch["labels"]).loss
+                loss = classify(model, batch, accelerator, labels=batch["labels"], backprop_all=args.mems_backprop == "all").loss
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)

@@ -312,7 +312,7 @@ def long_rows(n_docs=8, sentences=6):
 def test_mems_mode_end_to_end(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.jsonl", long_rows())
     results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
-                       "--long_document_mode", "mems", epochs=1)
+                       "--long_document_mode", "mems", "--mems_backprop", "all", epochs=1)
     assert results["long_document_mode"] == "mems" and "test_accuracy" in results
     assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
 
@@ -346,6 +346,17 @@ def test_mems_mode_segments_and_memory(pretrained):
 
     changed = dict(rows[0], input_ids=[7] + rows[0]["input_ids"][1:])  # only the first token of the first segment
     assert not torch.allclose(run_glue.classify(model, collator([changed]), accelerator).logits, alone[:1])
+
+    # backpropagation through every segment: the same logits, and a gradient that reaches the first segment
+    with_graph = run_glue.classify(model, batch, accelerator, backprop_all=True).logits
+    torch.testing.assert_close(with_graph, together)
+    embedding = model.transformer.word_embedding.weight
+    for backprop_all, reaches in ((False, False), (True, True)):
+        model.zero_grad()
+        run_glue.classify(model, batch, accelerator, backprop_all=backprop_all).logits.sum().backward()
+        first_segment_only = sorted(set(batch["prefix_input_ids"][:, 0].flatten().tolist()) - set(batch["input_ids"].flatten().tolist()))
+        assert first_segment_only
+        assert bool(embedding.grad[first_segment_only].abs().sum() > 0) == reaches
 
 
 def test_segment_count_batches_cover_everything_once():
