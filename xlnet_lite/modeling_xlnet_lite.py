@@ -294,6 +294,14 @@ class XLNetLitePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _no_split_modules = ["XLNetLiteLayer"]
 
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """Default: SDPA where CUDA is available; elsewhere the explicit kernel ("eager"), because PyTorch's CPU SDPA
+        runs its unfused math path with an additive bias that needs a gradient, and XLNet-Lite's explicit kernel is
+        faster there (benchmarks/bench_model.py). An explicit `attn_implementation` is always honoured."""
+        if requested_attention is None:
+            requested_attention = "sdpa" if torch.cuda.is_available() else "eager"
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
+
     @torch.no_grad()
     def _init_weights(self, module):
         std = self.config.initializer_range
