@@ -286,6 +286,12 @@ def test_checkpoint_with_other_number_of_labels(tmp_path, pretrained):
     three = write_rows(tmp_path / "three.csv", sentiment_rows(1) + [{"sentence": "it was fine", "label": "mixed"}])
     with pytest.raises(ValueError, match=r"out.*2 labels.*`label`.*three\.csv.*3"):
         run(tmp_path / "second", finetuned, "--train_file", three)
+    # a head with the same label names in another order: the checkpoint's label ids are kept
+    config = json.loads((finetuned / "config.json").read_text())
+    config.update(id2label={"0": "pos", "1": "neg"}, label2id={"pos": 0, "neg": 1})
+    (finetuned / "config.json").write_text(json.dumps(config))
+    _, again = run(tmp_path / "third", finetuned, "--train_file", train, epochs=1)
+    assert json.loads((again / "config.json").read_text())["id2label"] == {"0": "pos", "1": "neg"}
 
 
 def test_missing_default_pretraining_output(tmp_path, monkeypatch):
