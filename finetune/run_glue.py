@@ -772,9 +772,9 @@ def end_epoch(args, accelerator, model, eval_sets, tokenizer, labels, state, epo
         accelerator.log(record, step=state["completed_steps"])
     state["history"].append(record)
     state.update(epoch=epoch + 1, loss_sum=0.0, loss_count=0)
-    score = metrics.get(main_metric)
-    best = state["best"]
-    if best is None or (score is not None and (best["metrics"].get(main_metric) is None or score > best["metrics"][main_metric])):
+    score, best = metrics.get(main_metric), state["best"]
+    best_score = None if best is None else best["metrics"].get(main_metric)
+    if score is None or best_score is None or score > best_score:  # without validation data: the latest epoch
         state["best"] = {"epoch": epoch + 1, "metrics": metrics}
         save_best(accelerator, model, tokenizer, args.output_dir)
 
