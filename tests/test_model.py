@@ -103,6 +103,10 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
+    torch.manual_seed(6)  # and the masks are really random: another seed, other gradients
+    model = lite_model(dropout=0.3).train()
+    model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss.backward()
+    assert any(not torch.allclose(a, p.grad) for a, p in zip(grads[0], (q for q in model.parameters() if q.grad is not None)))
 
 
 def test_sdpa_selectable_and_matches_eager_in_training_gradients():
@@ -203,3 +207,37 @@ def test_odd_batch_with_bi_data():
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         XLNetLiteConfig(**{**TINY, **kwargs})
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_the_right_fraction_and_scales(p):
+    from xlnet_lite.modeling_xlnet_lite import Dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(501, 999, requires_grad=True)  # odd size: the mask covers every element
+    y = Dropout(p).train()(x)
+    kept = y > 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
+    y.sum().backward()
+    assert torch.equal(x.grad > 0, kept)
+    assert torch.equal(Dropout(p).eval()(x), x)
+
+
+def test_gradient_checkpointing_with_dropout_replays_the_same_masks():
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    grads = []
+    for checkpointing in (False, True):
+        model = lite_model(dropout=0.3).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        torch.manual_seed(5)
+        loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss
+        loss.backward()
+        grads.append([p.grad for p in model.parameters() if p.grad is not None])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    torch.manual_seed(6)  # and the masks are really random: another seed, other gradients
+    model = lite_model(dropout=0.3).train()
+    model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss.backward()
+    assert any(not torch.allclose(a, p.grad) for a, p in zip(grads[0], (q for q in model.parameters() if q.grad is not None)))

