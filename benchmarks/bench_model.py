@@ -11,6 +11,7 @@ every run), these variants:
     lite_eager_fp32  XLNet-Lite, eager attention, fp32
     lite_sdpa_fp32   XLNet-Lite, scaled_dot_product_attention, fp32
     hf_bf16          transformers under torch.autocast("cpu", dtype=torch.bfloat16)
+    lite_eager_bf16  XLNet-Lite, eager attention, under the same autocast
     lite_sdpa_bf16   XLNet-Lite, SDPA, under the same autocast
 
 on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on) and
@@ -81,10 +82,11 @@ VARIANTS = {
     "lite_eager_fp32": ("lite", "eager", None),
     "lite_sdpa_fp32": ("lite", "sdpa", None),
     "hf_bf16": ("hf", None, torch.bfloat16),
+    "lite_eager_bf16": ("lite", "eager", torch.bfloat16),
     "lite_sdpa_bf16": ("lite", "sdpa", torch.bfloat16),
 }
 BASELINE = "hf_fp32"
-SAME_PRECISION_BASELINE = {"lite_sdpa_bf16": "hf_bf16"}
+SAME_PRECISION_BASELINE = {"lite_eager_bf16": "hf_bf16", "lite_sdpa_bf16": "hf_bf16"}
 MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "reuse_len")
 
 

@@ -52,6 +52,7 @@ class PretrainingArguments:
     model_name_or_path: str | None = None
     tokenizer_name: str | None = None
     vocab_size: int = 8000
+    tokenizer_train_documents: int = 2000
     dropout: float = 0.1
     # data
     train_file: str | None = None
@@ -77,13 +78,13 @@ class PretrainingArguments:
     adam_epsilon: float = 1e-6
     lr_scheduler_type: str = "linear"
     num_warmup_steps: int = 100
-    max_steps: int = 1500
+    max_steps: int = 1000
     max_grad_norm: float = 1.0
     mixed_precision: str | None = None
     skip_nonfinite: bool = False
     # evaluation, checkpoints, outputs
     eval_steps: int = 250
-    eval_batches: int = 24
+    eval_batches: int = 16
     checkpointing_steps: int = 500
     save_total_limit: int = 2
     resume_from_checkpoint: str | None = None
@@ -176,7 +177,7 @@ def check_args(a: PretrainingArguments):
         problems.append(f"--plm_probability must be in (0, 1), got {a.plm_probability}")
     for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                  "max_steps", "eval_steps", "checkpointing_steps", "save_total_limit", "logging_steps",
-                 "max_span_length", "vocab_size", "eval_batches"):
+                 "max_span_length", "vocab_size", "eval_batches", "tokenizer_train_documents"):
         if getattr(a, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(a, name)}")
     if a.lr_scheduler_type not in SCHEDULERS:
@@ -252,8 +253,10 @@ def get_tokenizer(a, train_docs, accelerator):
         return load_tokenizer(a.model_name_or_path)
     path = Path(a.output_dir, "tokenizer")
     if accelerator.is_main_process and not Path(path, "tokenizer.json").is_file():
-        accelerator.print(f"training a {a.vocab_size}-piece Unigram tokenizer on the training corpus")
-        tokenizer = train_tokenizer(texts_of(train_docs, a.text_column, limit=20000), vocab_size=a.vocab_size)
+        accelerator.print(f"training a {a.vocab_size}-piece Unigram tokenizer on the first {a.tokenizer_train_documents} "
+                          "training documents")
+        texts = texts_of(train_docs, a.text_column, limit=a.tokenizer_train_documents)
+        tokenizer = train_tokenizer(texts, vocab_size=a.vocab_size)
         tmp = path.with_name("tokenizer.tmp")
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, path) if not path.exists() else shutil.rmtree(tmp)
