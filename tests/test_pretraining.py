@@ -186,3 +186,22 @@ def test_config_file_with_flag_override(corpus, tmp_path):
     config.write_text("seq_length: 32\n")
     with pytest.raises(SystemExit, match="unknown keys"):
         run_pretraining.parse_args(["--config", str(config)])
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_dataset_name_from_a_local_folder(corpus, tmp_path, streaming):
+    """--dataset_name with a datasets-loadable folder (json lines with a text column), streamed or not."""
+    folder = tmp_path / "news"
+    folder.mkdir()
+    for split, name in (("train", "train.txt"), ("validation", "valid.txt")):
+        docs = (corpus / name).read_text(encoding="utf-8").split("\n\n")
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    args = tiny_args(corpus, tmp_path / "out")
+    for flag in ("--train_file", "--validation_file"):
+        i = args.index(flag)
+        del args[i : i + 2]
+    args[args.index("--max_steps") + 1] = "3"
+    args[args.index("--eval_steps") + 1] = "3"
+    args += ["--dataset_name", str(folder)] + (["--streaming"] if streaming else [])
+    results = run_pretraining.main(args)
+    assert results["eval_loss"] > 0 and results["corpus_tokens"] > 10_000
