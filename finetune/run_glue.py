@@ -599,7 +599,8 @@ def load_best(accelerator, model, output_dir):
     accelerator.unwrap_model(model).load_state_dict(state, strict=True)
 
 
-def plot_history(history, metric_name, path):
+def plot_history(history, step_losses, metric_name, path):
+    """Training loss per step (faint) and per epoch, validation metric per epoch, against epochs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -607,11 +608,14 @@ def plot_history(history, metric_name, path):
 
     epochs = [h["epoch"] for h in history]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(epochs, [h["train_loss"] for h in history], "o-", color="tab:blue", label="train loss")
+    if step_losses:
+        ax.plot(*zip(*step_losses), color="tab:blue", alpha=0.25, linewidth=0.8, label="train loss (step)")
+    ax.plot(epochs, [h["train_loss"] for h in history], "o-", color="tab:blue", label="train loss (epoch mean)")
     ax.set_xlabel("epoch")
     ax.set_ylabel("train loss", color="tab:blue")
+    ax.legend(loc="upper left", fontsize=8)
     other = ax.twinx()
-    other.plot(epochs, [h.get(f"eval_{metric_name}") for h in history], "s-", color="tab:red", label=f"validation {metric_name}")
+    other.plot(epochs, [h.get(f"eval_{metric_name}") for h in history], "s-", color="tab:red")
     other.set_ylabel(f"validation {metric_name}", color="tab:red")
     ax.set_title("finetuning")
     fig.tight_layout()
@@ -744,6 +748,7 @@ def train(args, accelerator, model, optimizer, scheduler, train_loader, sampler,
             if not accelerator.sync_gradients:
                 continue
             state["completed_steps"] += 1
+            state.setdefault("step_losses", []).append([state["completed_steps"] / steps_per_epoch, loss.item()])
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.4f}")
             if args.with_tracking:
@@ -803,7 +808,7 @@ def finish(args, accelerator, model, loaders, other_sets, labels, state, train_r
         (out / "all_results.json").write_text(json.dumps(results, indent=2))
         (out / "history.json").write_text(json.dumps(state["history"], indent=2))
         if state["history"]:
-            plot_history(state["history"], main_metric, out / "training_curves.png")
+            plot_history(state["history"], state.get("step_losses"), main_metric, out / "training_curves.png")
         if args.push_to_hub:
             push_to_hub(args)
     accelerator.print(json.dumps(results))
