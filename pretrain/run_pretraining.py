@@ -73,7 +73,7 @@ class PretrainingArguments:
     per_device_train_batch_size: int = 16
     per_device_eval_batch_size: int = 16
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-3
     weight_decay: float = 0.01
     adam_epsilon: float = 1e-6
     lr_scheduler_type: str = "linear"
@@ -397,14 +397,17 @@ def evaluate(model, eval_batches, accelerator, *, with_memory):
     return (total / count.clamp(min=1)).item()
 
 
-def unigram_entropy(stream, eval_batches):
+def unigram_log_probs(stream, vocab_size):
+    """log p(token) of the training rows, add-one smoothed: (vocab_size,) float64."""
+    counts = stream.token_counts(minlength=vocab_size)[:vocab_size].astype(np.float64) + 1.0
+    return np.log(counts / counts.sum())
+
+
+def unigram_entropy(log_probs, eval_batches):
     """Cross-entropy (nats) of the validation targets under the training corpus's unigram distribution:
     the loss of a model that ignores all context."""
-    counts = stream.token_counts().astype(np.float64)
     labels = torch.cat([b["labels"].flatten() for b in eval_batches]).numpy()
-    labels = labels[labels >= 0]
-    counts = np.pad(counts, (0, max(0, labels.max() + 1 - len(counts)))) + 1.0  # add-one smoothing
-    return float(-np.log(counts[labels] / counts.sum()).mean())
+    return float(-log_probs[labels[labels >= 0]].mean())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -451,7 +454,11 @@ def main(argv=None):
     eval_batches = [eval_collator(b) for b in build_eval_batches(
         valid_docs, tokenizer, batch_size=a.per_device_eval_batch_size, max_batches=a.eval_batches, seed=a.seed + 1,
         **stream_kw)]
-    baseline = unigram_entropy(stream, eval_batches)
+    log_probs = unigram_log_probs(stream, model.config.vocab_size)
+    baseline = unigram_entropy(log_probs, eval_batches)
+    if not a.model_name_or_path:  # from scratch: start the LM head's bias at the unigram log-probabilities, so
+        with torch.no_grad():  # the first steps learn context instead of word frequencies
+            model.lm_loss.bias.copy_(torch.from_numpy(log_probs - log_probs.mean()))
     accelerator.print(f"data: {stream.num_tokens:,} training tokens, {stream.steps_per_epoch} steps per epoch; "
                       f"{len(eval_batches)} validation batches; unigram baseline {baseline:.3f} nats")
 
@@ -484,7 +491,7 @@ def main(argv=None):
     window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
     while step < a.max_steps:
         step_start = time.perf_counter()
-        step_loss = 0.0
+        step_loss, step_batches = 0.0, 0
         for _ in range(a.gradient_accumulation_steps):
             batch = {k: v.to(accelerator.device) for k, v in collator(stream.next_batch()).items()}
             with accelerator.accumulate(model):
@@ -507,12 +514,13 @@ def main(argv=None):
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
             mems = out.mems
-            step_loss += loss.item() / a.gradient_accumulation_steps
+            step_loss, step_batches = step_loss + loss.item(), step_batches + 1
         step += 1
         history["elapsed"] += time.perf_counter() - step_start
-        window_loss, window_steps = window_loss + step_loss, window_steps + 1
+        if step_batches:  # skipped (non-finite) batches do not enter the logged loss
+            window_loss, window_steps = window_loss + step_loss / step_batches, window_steps + 1
         record = None
-        if step % a.logging_steps == 0 or step == a.max_steps:
+        if (step % a.logging_steps == 0 or step == a.max_steps) and window_steps:
             seconds = time.perf_counter() - window_start
             record = {"step": step, "loss": window_loss / window_steps, "learning_rate": scheduler.get_last_lr()[0],
                       "tokens_per_second": tokens_per_step * window_steps / seconds, "elapsed": history["elapsed"],

@@ -97,3 +97,41 @@ def test_sigterm_saves_a_checkpoint_and_exits(corpus, tmp_path, env):
     assert len(checkpoints) == 1
     step = int(checkpoints[0].name[5:])
     assert step >= 3 and json.loads((checkpoints[0] / "data_state_rank0.json").read_text())["step"] == step
+
+
+@pytest.fixture
+def nan_at_fifth_training_step(monkeypatch):
+    """The 5th training forward returns a NaN loss (evaluation forwards are not counted)."""
+    import xlnet_lite
+
+    original = xlnet_lite.XLNetLiteLMHeadModel.forward
+    calls = {"train": 0}
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] == 5:
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(xlnet_lite.XLNetLiteLMHeadModel, "forward", forward)
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(corpus, tmp_path, nan_at_fifth_training_step):
+    from test_pretraining import run_pretraining
+
+    args = run_args(corpus, tmp_path, steps=8)
+    with pytest.raises(FloatingPointError, match="at step 5"):
+        run_pretraining.main(args)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2", "step_4"]  # intact, no partial
+    assert (tmp_path / "checkpoints" / "step_4" / "data_state_rank0.json").is_file()
+
+
+def test_skip_nonfinite_skips_and_counts(corpus, tmp_path, nan_at_fifth_training_step):
+    from test_pretraining import run_pretraining
+
+    results = run_pretraining.main(run_args(corpus, tmp_path, steps=8) + ["--skip_nonfinite"])
+    assert results["skipped_steps"] == 1
+    metrics = read_metrics(tmp_path)
+    assert metrics[-1]["skipped_steps"] == 1 and all(m["loss"] == m["loss"] for m in metrics if "loss" in m)
