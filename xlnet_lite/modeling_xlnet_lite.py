@@ -523,7 +523,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if attention_mask is not None:
             pad_mask = attention_mask == 0  # (B, T)
         ai = self.attention_inputs(
-            perm_mask=perm_mask, pad_mask=_none_if_none_set(pad_mask), token_type_ids=token_type_ids,
+            perm_mask=perm_mask, pad_mask=_padding_or_none(pad_mask), token_type_ids=token_type_ids,
             target_mapping=target_mapping, qlen=T, mlen=mlen, device=h.device,
         )
         h = self.dropout(h)
@@ -553,7 +553,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-def _none_if_none_set(pad_mask):
+def _padding_or_none(pad_mask):
+    """The (B, T) padding mask, or None when it marks no padding (then nothing needs masking)."""
     return None if pad_mask is None or not bool(pad_mask.any()) else pad_mask
 
 
