@@ -381,3 +381,14 @@ def test_segment_count_batches_cover_everything_once():
     assert list(sampler) != first
     sampler.set_epoch(0)
     assert list(sampler) == first
+
+
+def test_same_seed_same_losses(tmp_path, pretrained):
+    """Reproducibility: two runs with the same seed give the same training losses and metrics."""
+    train = write_rows(tmp_path / "train.csv", sentiment_rows())
+    histories = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        results, out = run(tmp_path / name, pretrained, "--train_file", train, "--validation_file", train)
+        histories.append((json.loads((out / "history.json").read_text()), results["eval_accuracy"]))
+    assert histories[0] == histories[1]
