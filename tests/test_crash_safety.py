@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from test_pretraining import REPO, corpus, read_metrics, tiny_args  # noqa: F401  (corpus is a fixture)
+from test_pretraining import REPO, assert_same_losses, corpus, read_metrics, tiny_args  # noqa: F401  (corpus is a fixture)
 
 SCRIPT = str(REPO / "pretrain" / "run_pretraining.py")
 
@@ -71,12 +71,7 @@ def test_sigkill_at_random_moments_then_resume_matches_uninterrupted(corpus, tmp
     proc = launch(run_args(corpus, out), env)
     assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
 
-    a, b = read_metrics(straight), read_metrics(out)
-    assert [m["step"] for m in a] == [m["step"] for m in b]
-    for x, y in zip(a, b):
-        assert x["loss"] == pytest.approx(y["loss"], abs=1e-5), x["step"]
-        if "eval_loss" in x:
-            assert x["eval_loss"] == pytest.approx(y["eval_loss"], abs=1e-5)
+    assert_same_losses(read_metrics(straight), read_metrics(out))
     wa, wb = load_file(str(straight / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert wa.keys() == wb.keys()
     for key in wa:

@@ -103,10 +103,6 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
-    torch.manual_seed(6)  # and the masks are really random: another seed, other gradients
-    model = lite_model(dropout=0.3).train()
-    model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss.backward()
-    assert any(not torch.allclose(a, p.grad) for a, p in zip(grads[0], (q for q in model.parameters() if q.grad is not None)))
 
 
 def test_sdpa_selectable_and_matches_eager_in_training_gradients():

@@ -44,6 +44,15 @@ def read_metrics(output_dir):
     return [json.loads(line) for line in Path(output_dir, "metrics.jsonl").read_text().splitlines()]
 
 
+def assert_same_losses(expected, actual):
+    """Two runs logged the same steps with the same training (and validation) losses, within 1e-5."""
+    assert [m["step"] for m in actual] == [m["step"] for m in expected]
+    for a, b in zip(expected, actual):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5), a["step"]
+        if "eval_loss" in a:
+            assert a["eval_loss"] == pytest.approx(b["eval_loss"], abs=1e-5)
+
+
 @pytest.fixture(scope="module")
 def straight_run(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("straight")
@@ -92,12 +101,7 @@ def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path)
     first_half = [m for m in read_metrics(out) if m["step"] <= 6]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in first_half))
     run_pretraining.main(tiny_args(corpus, tmp_path, "--resume_from_checkpoint", "latest"))
-    straight, resumed = read_metrics(out), read_metrics(tmp_path)
-    assert [m["step"] for m in resumed] == [m["step"] for m in straight]
-    for a, b in zip(straight, resumed):
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5), a["step"]
-        if "eval_loss" in a:
-            assert a["eval_loss"] == pytest.approx(b["eval_loss"], abs=1e-5)
+    assert_same_losses(read_metrics(out), read_metrics(tmp_path))
 
 
 def test_same_seed_same_losses_in_one_process(straight_run, corpus, tmp_path):
