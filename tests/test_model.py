@@ -94,7 +94,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         model = lite_model().train()
         model.config.dropout = 0.0
         if checkpointing:
-            model.gradient_checkpointing_enable()  # transformers 5 also calls it activation_checkpointing_enable
+            model.activation_checkpointing_enable()  # transformers 5 name of gradient_checkpointing_enable
             assert model.transformer.layer[0].gradient_checkpointing
         tt = (torch.arange(T) >= 6).long().expand(B, T)
         loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt,
@@ -226,7 +226,7 @@ def test_gradient_checkpointing_with_dropout_replays_the_same_masks():
     for checkpointing in (False, True):
         model = lite_model(dropout=0.3).train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()
         torch.manual_seed(5)
         loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss
         loss.backward()
