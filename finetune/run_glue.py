@@ -76,6 +76,7 @@ class FinetuneArguments:
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model or config folder)."})
     mem_len: int | None = field(default=None, metadata={"help": "Override the model's mem_len (memory tokens kept per layer) in mems mode."})
     mems_backprop: str = field(default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all segments.", "choices": ("last", "all")})
+    dropout: float = field(default=0.1, metadata={"help": "Dropout while finetuning, set on the loaded config (XLNet finetunes with 0.1; the pretraining recipe trains without)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the checkpoint's folder / Hub repo."})
     # optimisation
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate (of the classification head)."})
@@ -141,6 +142,8 @@ def check_args(args):
         args.model_name_or_path = DEFAULT_PRETRAINED
     if args.layerwise_lr_decay <= 0:
         raise RecipeError(f"--layerwise_lr_decay must be > 0, got {args.layerwise_lr_decay}")
+    if not 0 <= args.dropout < 1:
+        raise RecipeError(f"--dropout must be in [0, 1), got {args.dropout}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -411,11 +414,11 @@ def load_model_and_tokenizer(args, labels: Labels, train_source):
     tokenizer = load_tokenizer(args.tokenizer_name or path or args.config_name, **remote)
     tokenizer.padding_side = "left"
     if args.config_name:
-        config = AutoConfig.from_pretrained(args.config_name, **remote, **labels.model_kwargs())
+        config = AutoConfig.from_pretrained(args.config_name, **remote, **labels.model_kwargs(), dropout=args.dropout)
         model = _random_init(config)
     else:
         config = AutoConfig.from_pretrained(path, **remote)
-        kwargs = checkpoint_label_kwargs(config, labels, path, train_source)
+        kwargs = {**checkpoint_label_kwargs(config, labels, path, train_source), "dropout": args.dropout}
         model = _from_pretrained(path, config.model_type, kwargs, remote)
     if len(tokenizer) > model.config.vocab_size:
         raise RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")

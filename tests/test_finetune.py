@@ -141,6 +141,7 @@ def test_end_to_end_csv(tmp_path, pretrained):
     # the best model reloads through the Auto class with remote code, in eval mode equal to the recipe's predictions
     model = transformers.AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
     assert model.config.id2label == {0: "neg", 1: "pos"} and model.config.num_labels == 2
+    assert model.config.dropout == 0.1  # --dropout default
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     enc = tokenizer(GOOD[:3] + BAD[:2], padding=True, return_tensors="pt")
     assert tokenizer.padding_side == "left"
@@ -199,8 +200,10 @@ def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
     out = tmp_path / "out"
     results = run_glue.main(["--config_name", str(pretrained), "--tokenizer_name", str(pretrained), "--train_file", train,
-                             "--output_dir", str(out), "--num_train_epochs", "2", "--layerwise_lr_decay", "0.5"])
+                             "--output_dir", str(out), "--num_train_epochs", "2", "--layerwise_lr_decay", "0.5",
+                             "--dropout", "0.25"])
     assert "eval_accuracy" not in results and (out / "model.safetensors").is_file()
+    assert json.loads((out / "config.json").read_text())["dropout"] == 0.25  # --dropout overrides the config's 0.1
     assert results["best_epoch"] == 2  # no validation split: the last epoch is the result
 
     model = xlnet_lite.XLNetLiteForSequenceClassification(xlnet_lite.XLNetLiteConfig(vocab_size=60, **{**TINY, "n_layer": 3}))
