@@ -1,15 +1,15 @@
 """How fast does a from-scratch XLNet leave the unigram plateau? Training-loss curves of recipe variants.
 
     python benchmarks/probe_plateau.py --variant lr=3e-3 --variant lr=3e-4 [--variant lr=3e-4,max_span_length=1]
-        [--steps 400] [--d_model 256 --n_layer 4] [--threads 1] [--out benchmarks/results/plateau_probe.json]
+        [--steps 500 --every 100] [--d_model 256 --n_layer 4] [--threads 2] [--out benchmarks/results/plateau_probe.json]
 
 A variant is a comma-separated list of overrides of BASE (the recipe's defaults: lr, warmup, dropout, adam_epsilon,
 max_span_length, leak); no --variant runs BASE. Every variant trains the same architecture on the same batches (the
 embedded news corpus, the default collator, the memory carried across steps, bf16 autocast, linear decay after
-warmup) and is reported every --every steps as the mean training PLM loss minus the mean unigram loss of the same
-targets (negative = below the unigram baseline, i.e. the model uses context). Variants run one after the other in
-this process. `leak=1` hides each target only from itself (its neighbours stay visible): how fast context could be
-picked up if the objective were easy.
+warmup reaching 0 at --schedule_steps, the recipe's max_steps) and is reported every --every steps as the mean
+training PLM loss minus the mean unigram loss of the same targets (negative = below the unigram baseline, i.e. the
+model uses context). Variants run one after the other in this process. `leak=1` hides each target only from itself
+(its neighbours stay visible): how fast context could be picked up if the objective were easy.
 """
 
 import argparse
@@ -25,7 +25,7 @@ from xlnet_lite.collator import DataCollatorForXLNetPretraining
 from xlnet_lite.data import PretrainingStream, embedded_news_texts
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
-BASE = dict(lr=3e-4, warmup=100, dropout=0.1, adam_epsilon=1e-8, max_span_length=5, leak=0)
+BASE = dict(lr=3e-4, warmup=100, dropout=0.0, adam_epsilon=1e-8, max_span_length=5, leak=0)
 
 
 def parse_variant(text: str) -> dict:
@@ -55,11 +55,11 @@ def run_variant(name, settings, args, tokenizer, texts):
         model.lm_loss.bias.copy_(torch.from_numpy(log_prior - log_prior.mean()))
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], eps=settings["adam_epsilon"],
                                   weight_decay=0.01)
-    warmup, steps = settings["warmup"], args.steps
+    warmup, horizon = settings["warmup"], max(args.steps, args.schedule_steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: min((i + 1) / warmup, max(0.0, (steps - i) / max(1, steps - warmup))))
+        optimizer, lambda i: min((i + 1) / warmup, max(0.0, (horizon - i) / max(1, horizon - warmup))))
     mems, gaps, curve, start = None, [], [], time.perf_counter()
-    for step in range(1, steps + 1):
+    for step in range(1, args.steps + 1):
         batch = collator(stream.next_batch())
         if settings["leak"]:
             targets = batch["target_mapping"].sum(1)  # (B, T) 1 at target positions
@@ -85,6 +85,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", action="append", help="key=value[,key=value]; repeatable; default: BASE")
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--schedule_steps", type=int, default=1000,
+                        help="linear decay reaches 0 here (the recipe's max_steps), so a short probe sees its first steps")
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--d_model", type=int, default=256)
     parser.add_argument("--n_layer", type=int, default=4)
