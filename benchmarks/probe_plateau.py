@@ -14,6 +14,7 @@ model uses context). Variants run one after the other in this process. `leak=1` 
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from xlnet_lite import XLNetLiteConfig, XLNetLiteLMHeadModel
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
 from xlnet_lite.data import PretrainingStream, embedded_news_texts
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pretrain"))
+from run_pretraining import init_bias_at_unigram, unigram_log_probs  # noqa: E402  (the recipe's own start)
 
 BASE = dict(lr=3e-4, warmup=100, dropout=0.0, adam_epsilon=1e-8, max_span_length=5, leak=0)
 
@@ -41,18 +45,16 @@ def parse_variant(text: str) -> dict:
 
 def run_variant(name, settings, args, tokenizer, texts):
     torch.manual_seed(args.seed)
-    stream = PretrainingStream(texts, tokenizer, batch_size=args.batch_size, seq_len=args.seq_len,
-                               reuse_len=args.seq_len // 2)
-    collator = DataCollatorForXLNetPretraining(tokenizer, reuse_len=args.seq_len // 2, seed=args.seed,
+    reuse = args.seq_len // 2
+    stream = PretrainingStream(texts, tokenizer, batch_size=args.batch_size, seq_len=args.seq_len, reuse_len=reuse)
+    collator = DataCollatorForXLNetPretraining(tokenizer, reuse_len=reuse, seed=args.seed,
                                                max_span_length=settings["max_span_length"])
     config = XLNetLiteConfig(vocab_size=len(tokenizer), d_model=args.d_model, n_layer=args.n_layer,
-                             n_head=max(1, args.d_model // 64), d_inner=4 * args.d_model, mem_len=args.seq_len // 2,
-                             reuse_len=args.seq_len // 2, dropout=settings["dropout"])
+                             n_head=max(1, args.d_model // 64), d_inner=4 * args.d_model, mem_len=reuse,
+                             reuse_len=reuse, dropout=settings["dropout"])
     model = XLNetLiteLMHeadModel(config).train()
-    counts = stream.token_counts(len(tokenizer)) + 1.0
-    log_prior = np.log(counts / counts.sum())
-    with torch.no_grad():
-        model.lm_loss.bias.copy_(torch.from_numpy(log_prior - log_prior.mean()))
+    log_prior = unigram_log_probs(stream, config.vocab_size)
+    init_bias_at_unigram(model, log_prior)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], eps=settings["adam_epsilon"],
                                   weight_decay=0.01)
     warmup, horizon = settings["warmup"], max(args.steps, args.schedule_steps)

@@ -403,6 +403,13 @@ def unigram_log_probs(stream, vocab_size):
     return np.log(counts / counts.sum())
 
 
+def init_bias_at_unigram(model, log_probs):
+    """From scratch: the LM head's bias starts at the unigram log-probabilities, so the first steps learn context
+    instead of word frequencies."""
+    with torch.no_grad():
+        model.lm_loss.bias.copy_(torch.from_numpy(log_probs - log_probs.mean()))
+
+
 def unigram_entropy(log_probs, eval_batches):
     """Cross-entropy (nats) of the validation targets under the training corpus's unigram distribution:
     the loss of a model that ignores all context."""
@@ -456,9 +463,8 @@ def main(argv=None):
         **stream_kw)]
     log_probs = unigram_log_probs(stream, model.config.vocab_size)
     baseline = unigram_entropy(log_probs, eval_batches)
-    if not a.model_name_or_path:  # from scratch: start the LM head's bias at the unigram log-probabilities, so
-        with torch.no_grad():  # the first steps learn context instead of word frequencies
-            model.lm_loss.bias.copy_(torch.from_numpy(log_probs - log_probs.mean()))
+    if not a.model_name_or_path:
+        init_bias_at_unigram(model, log_probs)
     accelerator.print(f"data: {stream.num_tokens:,} training tokens, {stream.steps_per_epoch} steps per epoch; "
                       f"{len(eval_batches)} validation batches; unigram baseline {baseline:.3f} nats")
 
