@@ -549,6 +549,7 @@ def build_eval_batches(
     rank: int = 0,
     world_size: int = 1,
     max_batches: int | None = None,
+    text_column: str = "text",
 ) -> list[list[dict]]:
     """All batches of one deterministic pass (loop=False) over a validation corpus.
 
@@ -557,7 +558,7 @@ def build_eval_batches(
     """
     stream = PretrainingStream(
         token_source, tokenizer, batch_size=batch_size, seq_len=seq_len, reuse_len=reuse_len,
-        bi_data=bi_data, seed=seed, rank=rank, world_size=world_size, loop=False,
+        bi_data=bi_data, seed=seed, rank=rank, world_size=world_size, loop=False, text_column=text_column,
     )
     n = stream.steps_per_epoch if max_batches is None else min(max_batches, stream.steps_per_epoch)
     return [stream.next_batch() for _ in range(n)]

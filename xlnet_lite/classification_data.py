@@ -1,0 +1,275 @@
+"""Sentence(-pair) classification and regression data for finetuning: GLUE, CSV / TSV / JSON-lines files or the
+embedded Rotten Tomatoes split; label sets, XLNet's layout (`A <sep> B <sep> <cls>`, padded on the LEFT) and long
+documents cut into segments for the Transformer-XL memory. Every error names the file (or split) and the column."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .training import RecipeError
+
+# GLUE column names (nyu-mll/glue).
+TASK_TO_KEYS = {
+    "cola": ("sentence", None), "sst2": ("sentence", None), "mrpc": ("sentence1", "sentence2"),
+    "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"), "mnli": ("premise", "hypothesis"),
+    "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
+}
+FILE_FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}), ".jsonl": ("json", {})}
+
+@dataclass
+class Split:
+    """A raw split and where it came from (named in every error message)."""
+
+    data: object  # datasets.Dataset
+    source: str
+
+
+def load_splits(*, task_name=None, train_file=None, validation_file=None, test_file=None) -> dict[str, Split]:
+    """train, validation (validation_mismatched for MNLI) and optionally test: a GLUE task from the Hub, files, or
+    by default the embedded Rotten Tomatoes split."""
+    if task_name:
+        return _glue_splits(task_name)
+    if train_file:
+        files = {"train": train_file, "validation": validation_file, "test": test_file}
+        return {name: Split(load_data_file(path), path) for name, path in files.items() if path}
+    from .data import embedded_rotten_tomatoes
+
+    ds = embedded_rotten_tomatoes()
+    return {name: Split(ds[name].select_columns(["sentence", "label"]), f"embedded Rotten Tomatoes ({name} split)") for name in ds}
+
+
+def _glue_splits(task):
+    import datasets
+
+    ds = datasets.load_dataset("nyu-mll/glue", task)
+    names = {"train": "train", "validation": "validation", "test": "test"}
+    if task == "mnli":
+        names = {"train": "train", "validation": "validation_matched", "validation_mismatched": "validation_mismatched",
+                 "test": "test_matched"}
+    keys = [k for k in TASK_TO_KEYS[task] if k]
+    renamed = dict(zip(keys, ["sentence"] if len(keys) == 1 else ["sentence1", "sentence2"]))
+    splits = {ours: Split(ds[theirs].rename_columns(renamed), f"nyu-mll/glue/{task} ({theirs})") for ours, theirs in names.items()}
+    splits["test"].data = splits["test"].data.remove_columns("label")  # GLUE hides test labels (-1)
+    return splits
+
+
+def load_data_file(path):
+    """A CSV / TSV / JSON lines file as a datasets.Dataset; ValueError for a missing or empty file."""
+    import datasets
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in FILE_FORMATS:
+        raise RecipeError(f"{path}: unsupported file type {suffix!r}; use one of {sorted(FILE_FORMATS)}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.getsize(path) == 0:
+        raise RecipeError(f"{path}: the file is empty")
+    builder, kwargs = FILE_FORMATS[suffix]
+    if _count_lines(path, limit=2) < (2 if builder == "csv" else 1):
+        raise RecipeError(f"{path}: the file holds no rows (header only?)")
+    data = datasets.load_dataset(builder, data_files={"data": str(path)}, split="data", **kwargs)
+    if len(data) == 0:
+        raise RecipeError(f"{path}: the file holds no rows (header only?)")
+    return data
+
+
+def _count_lines(path, *, limit):
+    """Non-blank lines of a text file, counting up to `limit`."""
+    count = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            count += bool(line.strip())
+            if count >= limit:
+                break
+    return count
+
+
+def text_columns(split: Split):
+    columns = split.data.column_names
+    if "sentence1" in columns and "sentence2" in columns:
+        return "sentence1", "sentence2"
+    if "sentence" in columns:
+        return "sentence", None
+    raise RecipeError(
+        f"{split.source}: no text column: expected `sentence`, or `sentence1` and `sentence2`; found columns {columns}"
+    )
+
+
+def check_split(split: Split, columns, *, needs_label):
+    for column in columns:
+        if column is None:
+            continue
+        bad = [i for i, text in enumerate(split.data[column]) if not isinstance(text, str)]
+        if bad:
+            raise RecipeError(f"{split.source}: column `{column}` has a missing or non-text value in row {bad[0]}")
+    if needs_label and "label" not in split.data.column_names:
+        raise RecipeError(f"{split.source}: no `label` column (found columns {split.data.column_names})")
+    if "label" in split.data.column_names and needs_label:
+        missing = [i for i, v in enumerate(split.data["label"]) if v is None]
+        if missing:
+            raise RecipeError(f"{split.source}: column `label` is empty in row {missing[0]}")
+
+
+@dataclass
+class Labels:
+    """The label set, read from the training split: names for classification, or regression."""
+
+    names: list[str]  # [] for regression
+    is_regression: bool
+
+    @property
+    def num_labels(self):
+        return 1 if self.is_regression else len(self.names)
+
+    def model_kwargs(self):
+        if self.is_regression:
+            return {"num_labels": 1, "problem_type": "regression"}
+        return {
+            "num_labels": self.num_labels,
+            "id2label": dict(enumerate(self.names)),
+            "label2id": {name: i for i, name in enumerate(self.names)},
+            "problem_type": "single_label_classification",
+        }
+
+
+def read_labels(train: Split) -> Labels:
+    """ClassLabel -> its names; floats -> regression; ints or strings -> their sorted distinct values."""
+    import datasets
+
+    feature = train.data.features["label"]
+    if isinstance(feature, datasets.ClassLabel):
+        return Labels(list(feature.names), False)
+    if isinstance(feature, datasets.Value) and feature.dtype.startswith("float"):
+        return Labels([], True)
+    values = sorted(set(train.data["label"]), key=lambda v: (isinstance(v, str), v))
+    if len(values) < 2:
+        raise RecipeError(f"{train.source}: column `label` has a single value {values}: nothing to classify")
+    return Labels([str(v) for v in values], False)
+
+
+def label_ids(split: Split, labels: Labels, train_source):
+    """Label values of a split as model targets (class ids or floats); None where the split has no labels."""
+    import datasets
+
+    if "label" not in split.data.column_names:
+        return None
+    values = list(split.data["label"])
+    if labels.is_regression:
+        return [float(v) for v in values]
+    if isinstance(split.data.features["label"], datasets.ClassLabel):
+        ids = list(values)
+        if all(i < 0 for i in ids):  # GLUE test splits: -1
+            return None
+        return ids
+    index = {name: i for i, name in enumerate(labels.names)}
+    unseen = sorted({str(v) for v in values} - set(index))
+    if unseen:
+        raise RecipeError(
+            f"{split.source}: column `label` has values {unseen} that the training data ({train_source}) never has; "
+            f"known labels: {labels.names}"
+        )
+    return [index[str(v)] for v in values]
+
+
+def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples):
+    """input_ids / token_type_ids (whole texts in mems mode, truncated otherwise), labels, index, n_segments."""
+    import datasets
+
+    data = split.data if max_samples is None else split.data.select(range(min(max_samples, len(split.data))))
+    split = Split(data, split.source)
+    first, second = text_columns(split)
+    targets = label_ids(split, labels, train_source)
+    texts = [list(data[c]) for c in (first, second) if c]
+    truncate = mode == "truncate"
+    enc = tokenizer(*texts, truncation=truncate, max_length=max_len if truncate else None, add_special_tokens=True)
+    columns = {
+        "input_ids": enc["input_ids"],
+        "token_type_ids": enc["token_type_ids"],
+        "index": list(range(len(data))),
+        "n_segments": [math.ceil(len(ids) / max_len) for ids in enc["input_ids"]],
+    }
+    if targets is not None:
+        columns["labels"] = targets
+    return datasets.Dataset.from_dict(columns)
+
+
+class SegmentCountBatchSampler:
+    """Batches of examples with the same number of segments (always 1 when truncating), so every segment
+    but the last is full and the memory never holds padding. Shuffled from (seed, epoch) when training."""
+
+    def __init__(self, n_segments, batch_size, *, shuffle, seed=0):
+        self.n_segments = np.asarray(n_segments)
+        self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def batches(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        batches = []
+        for n in np.unique(self.n_segments):
+            idx = np.flatnonzero(self.n_segments == n)
+            if self.shuffle:
+                idx = rng.permutation(idx)
+            batches += [idx[i : i + self.batch_size].tolist() for i in range(0, len(idx), self.batch_size)]
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def __iter__(self):
+        return iter(self.batches())
+
+    def __len__(self):
+        _, counts = np.unique(self.n_segments, return_counts=True)
+        return int(sum(math.ceil(c / self.batch_size) for c in counts))
+
+
+@dataclass
+class SegmentCollator:
+    """Cuts each example into segments of `segment_len` tokens from the start: full segments first
+    (prefix_*: (B, S-1, T)), then the last segment, which ends with <sep> <cls>, padded on the left."""
+
+    pad_token_id: int
+    pad_token_type_id: int
+    segment_len: int
+
+    def __call__(self, examples):
+        counts = {ex["n_segments"] for ex in examples}
+        if len(counts) != 1:
+            raise RecipeError(f"a batch mixes documents of {sorted(counts)} segments; batches must come from SegmentCountBatchSampler")
+        n_prefix = (counts.pop() - 1) * self.segment_len
+        prefix_ids = torch.tensor([ex["input_ids"][:n_prefix] for ex in examples], dtype=torch.long)
+        prefix_types = torch.tensor([ex["token_type_ids"][:n_prefix] for ex in examples], dtype=torch.long)
+        batch = {
+            "prefix_input_ids": prefix_ids.view(len(examples), -1, self.segment_len),  # (B, S-1, T)
+            "prefix_token_type_ids": prefix_types.view(len(examples), -1, self.segment_len),
+            **self.pad_left([ex["input_ids"][n_prefix:] for ex in examples], [ex["token_type_ids"][n_prefix:] for ex in examples]),
+            "index": torch.tensor([ex["index"] for ex in examples], dtype=torch.long),
+        }
+        if "labels" in examples[0]:
+            batch["labels"] = torch.tensor([ex["labels"] for ex in examples])
+        return batch
+
+    def pad_left(self, ids, types):
+        width = max(len(x) for x in ids)
+        pad = [width - len(x) for x in ids]
+        return {
+            "input_ids": torch.tensor([[self.pad_token_id] * p + x for p, x in zip(pad, ids)]),  # (B, T)
+            "token_type_ids": torch.tensor([[self.pad_token_type_id] * p + x for p, x in zip(pad, types)]),
+            "attention_mask": torch.tensor([[0] * p + [1] * len(x) for p, x in zip(pad, ids)]),
+        }
+
+
+def make_loader(dataset, collator, *, batch_size, shuffle, seed):
+    sampler = SegmentCountBatchSampler(dataset["n_segments"], batch_size, shuffle=shuffle, seed=seed)
+    # Its own generator: starting an iterator draws a seed, which must not move the global RNG (dropout),
+    # or a resumed run would drift from the uninterrupted one.
+    generator = torch.Generator().manual_seed(seed)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, generator=generator)
+    return loader, sampler
