@@ -1,6 +1,14 @@
 """xlnet-lite: XLNet pretraining and finetuning as a Hugging Face transformers plugin."""
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from .collator import DataCollatorForXLNetPretraining
 from .configuration_xlnet_lite import XLNetLiteConfig
@@ -14,7 +22,12 @@ from .data import (
     tokenize_documents,
 )
 from .modeling_xlnet_lite import (
+    XLNetLiteCache,
+    XLNetLiteForMultipleChoice,
+    XLNetLiteForQuestionAnswering,
+    XLNetLiteForQuestionAnsweringSimple,
     XLNetLiteForSequenceClassification,
+    XLNetLiteForTokenClassification,
     XLNetLiteLMHeadModel,
     XLNetLiteModel,
     XLNetLitePreTrainedModel,
@@ -27,6 +40,10 @@ AutoConfig.register("xlnet_lite", XLNetLiteConfig, exist_ok=True)
 AutoModel.register(XLNetLiteConfig, XLNetLiteModel, exist_ok=True)
 AutoModelForCausalLM.register(XLNetLiteConfig, XLNetLiteLMHeadModel, exist_ok=True)
 AutoModelForSequenceClassification.register(XLNetLiteConfig, XLNetLiteForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(XLNetLiteConfig, XLNetLiteForTokenClassification, exist_ok=True)
+AutoModelForMultipleChoice.register(XLNetLiteConfig, XLNetLiteForMultipleChoice, exist_ok=True)
+# as transformers maps XLNet: the Auto class gives the simple head; the SQuAD 2.0 head is loaded by its class
+AutoModelForQuestionAnswering.register(XLNetLiteConfig, XLNetLiteForQuestionAnsweringSimple, exist_ok=True)
 
 # save_pretrained writes the code and an auto_map, so saved folders load with trust_remote_code=True
 # where xlnet_lite is not installed.
@@ -34,6 +51,11 @@ XLNetLiteConfig.register_for_auto_class()
 XLNetLiteModel.register_for_auto_class("AutoModel")
 XLNetLiteLMHeadModel.register_for_auto_class("AutoModelForCausalLM")
 XLNetLiteForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+XLNetLiteForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+XLNetLiteForMultipleChoice.register_for_auto_class("AutoModelForMultipleChoice")
+XLNetLiteForQuestionAnsweringSimple.register_for_auto_class("AutoModelForQuestionAnswering")
+# a saved SQuAD 2.0 head maps AutoModelForQuestionAnswering (with trust_remote_code) to itself
+XLNetLiteForQuestionAnswering.register_for_auto_class("AutoModelForQuestionAnswering")
 
 __all__ = [
     "XLNetLiteConfig",
@@ -41,6 +63,11 @@ __all__ = [
     "XLNetLiteModel",
     "XLNetLiteLMHeadModel",
     "XLNetLiteForSequenceClassification",
+    "XLNetLiteForTokenClassification",
+    "XLNetLiteForMultipleChoice",
+    "XLNetLiteForQuestionAnsweringSimple",
+    "XLNetLiteForQuestionAnswering",
+    "XLNetLiteCache",
     "from_hf_xlnet",
     "to_hf_xlnet",
     "train_tokenizer",

@@ -104,7 +104,7 @@ class XLNetLiteConfig(PreTrainedConfig):
 
     @property
     def max_position_embeddings(self):
-        return -1  # relative positions: no length limit
+        return None  # relative positions: no length limit (generate() warns past a number; there is none)
 
 
 def _check_choice(name, value, choices):

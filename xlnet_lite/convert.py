@@ -7,12 +7,24 @@ import torch
 import transformers
 
 from .configuration_xlnet_lite import XLNetLiteConfig
-from .modeling_xlnet_lite import XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel, XLNetLiteModel
+from .modeling_xlnet_lite import (
+    XLNetLiteForMultipleChoice,
+    XLNetLiteForQuestionAnswering,
+    XLNetLiteForQuestionAnsweringSimple,
+    XLNetLiteForSequenceClassification,
+    XLNetLiteForTokenClassification,
+    XLNetLiteLMHeadModel,
+    XLNetLiteModel,
+)
 
 _PAIRS = {
     "XLNetModel": XLNetLiteModel,
     "XLNetLMHeadModel": XLNetLiteLMHeadModel,
     "XLNetForSequenceClassification": XLNetLiteForSequenceClassification,
+    "XLNetForTokenClassification": XLNetLiteForTokenClassification,
+    "XLNetForMultipleChoice": XLNetLiteForMultipleChoice,
+    "XLNetForQuestionAnsweringSimple": XLNetLiteForQuestionAnsweringSimple,
+    "XLNetForQuestionAnswering": XLNetLiteForQuestionAnswering,
 }
 
 
@@ -25,8 +37,9 @@ def _shared_fields(config, target_class):
 
 
 def from_hf_xlnet(model):
-    """transformers XLNetModel / XLNetLMHeadModel / XLNetForSequenceClassification -> the XLNet-Lite twin
-    with identical weights (same dtype, device, train/eval mode)."""
+    """Any of transformers' seven XLNet classes (XLNetModel, XLNetLMHeadModel, XLNetForSequenceClassification,
+    XLNetForTokenClassification, XLNetForMultipleChoice, XLNetForQuestionAnsweringSimple, XLNetForQuestionAnswering)
+    -> the XLNet-Lite twin with identical weights (same dtype, device, train/eval mode)."""
     name = type(model).__name__
     if name not in _PAIRS:
         raise ValueError(f"from_hf_xlnet expects one of {sorted(_PAIRS)}, got {name}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers.activations import ACT2FN, get_activation
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
@@ -42,10 +42,24 @@ class XLNetLiteModelOutput(ModelOutput):
     mems: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple | None = None
+    past_key_values: "XLNetLiteCache | None" = None
 
 
 @dataclass
 class XLNetLiteLMHeadModelOutput(ModelOutput):
+    """`past_key_values` is the generation cache (use_cache=True); it comes last so that the other fields keep
+    transformers' XLNet tuple positions."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple | None = None
+    past_key_values: "XLNetLiteCache | None" = None
+
+
+@dataclass
+class XLNetLiteForSequenceClassificationOutput(ModelOutput):
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
@@ -54,9 +68,52 @@ class XLNetLiteLMHeadModelOutput(ModelOutput):
 
 
 @dataclass
-class XLNetLiteForSequenceClassificationOutput(ModelOutput):
+class XLNetLiteForTokenClassificationOutput(ModelOutput):
+    """logits: (B, T, num_labels), or (B, P, num_labels) with a target_mapping."""
+
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple | None = None
+
+
+@dataclass
+class XLNetLiteForMultipleChoiceOutput(ModelOutput):
+    """logits: (B, C), one score per choice; mems, hidden states and attentions have B * C rows."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple | None = None
+
+
+@dataclass
+class XLNetLiteForQuestionAnsweringSimpleOutput(ModelOutput):
+    """start_logits, end_logits: (B, T)."""
+
+    loss: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple | None = None
+
+
+@dataclass
+class XLNetLiteForQuestionAnsweringOutput(ModelOutput):
+    """Training (start and end positions given): loss only. Inference: the beam over S = start_n_top starts and
+    E = end_n_top ends per start. As in transformers' XLNet, the "log_probs" are softmax probabilities:
+    start_top_log_probs / start_top_index (B, S); end_top_log_probs / end_top_index (B, E * S), entry e * S + s
+    being the e-th best end for the s-th start; cls_logits (B,), the answer-class (is_impossible) logit."""
+
+    loss: torch.Tensor | None = None
+    start_top_log_probs: torch.Tensor | None = None
+    start_top_index: torch.Tensor | None = None
+    end_top_log_probs: torch.Tensor | None = None
+    end_top_index: torch.Tensor | None = None
+    cls_logits: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple | None = None
@@ -70,7 +127,8 @@ class XLNetLiteForSequenceClassificationOutput(ModelOutput):
 class AttentionInputs:
     """Everything a layer's attention needs besides the hidden states; built once per forward."""
 
-    pos_emb: torch.Tensor  # (1 or 2, R, H) sinusoid of relative distance (2 with bi_data)
+    pos_emb: torch.Tensor | None  # (1 or 2, R, H) sinusoid of relative distance (2 with bi_data); None = from the cache
+    num_positions: int  # R: K + T for "bi", K + 1 for "uni"
     blocked_h: torch.Tensor | None  # (B or 1, 1, T, K) bool, True = may not attend (content stream); None = none
     blocked_g: torch.Tensor | None  # (B, 1, P, K) bool, the predicted tokens' rows (query stream)
     no_key_g: torch.Tensor | None  # (B, 1, P, 1) bool, query rows that may see no key at all; None = there are none
@@ -82,10 +140,12 @@ class AttentionInputs:
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
 
 
-def blocked_positions(*, perm_mask, pad_mask, attn_type, same_length, qlen, mlen, device):
+def blocked_positions(*, perm_mask, pad_mask, attn_type, same_length, qlen, mlen, device, mem_pad=None):
     """The one place where public masks become the internal "may NOT attend" mask (True = blocked).
 
     Returns (B or 1, T, K) bool or None when nothing is blocked. pad_mask: (B, T) bool, True = padding.
+    mem_pad: (B, M) bool, padding inside the memory (generate()'s cache of a left-padded prompt); otherwise
+    the memory is always visible.
     """
     blocked = None
     if attn_type == "uni":
@@ -99,8 +159,13 @@ def blocked_positions(*, perm_mask, pad_mask, attn_type, same_length, qlen, mlen
         data = perm_mask > 0  # (B, T, T)
     if pad_mask is not None:
         data = pad_mask[:, None, :] if data is None else data | pad_mask[:, None, :]  # (B, T or 1, T)
+    if data is None and mem_pad is not None:
+        data = torch.zeros(mem_pad.shape[0], 1, qlen, dtype=torch.bool, device=device)  # (B, 1, T)
     if data is not None:
-        data = F.pad(data, (mlen, 0), value=False)  # (B, T or 1, K): memory always visible
+        if mem_pad is None:
+            data = F.pad(data, (mlen, 0), value=False)  # (B, T or 1, K): memory always visible
+        else:
+            data = torch.cat([mem_pad[:, None].expand(-1, data.shape[1], -1), data], dim=-1)  # (B, T or 1, K)
         blocked = data if blocked is None else blocked | data
     if blocked is not None and blocked.shape[1] != qlen:
         blocked = blocked.expand(-1, qlen, -1)
@@ -207,10 +272,11 @@ class Dropout(nn.Module):
 class XLNetLiteRelativeAttention(nn.Module):
     """Relative multi-head attention; one core serves the content stream and the query stream."""
 
-    def __init__(self, config):
+    def __init__(self, config, layer_idx=0):
         super().__init__()
         H, N, D = config.d_model, config.n_head, config.d_head
         self.n_head, self.d_head, self.scale = N, D, 1 / D**0.5
+        self.layer_idx = layer_idx  # which layer of a generation cache is this one's
         for name in ("q", "k", "v", "o", "r"):  # transformers' layout: (H, N, D)
             setattr(self, name, nn.Parameter(torch.empty(H, N, D)))
         if config.untie_r:
@@ -225,21 +291,32 @@ class XLNetLiteRelativeAttention(nn.Module):
         """(B, S, H) @ (H, N, D) -> (B, S, N, D)."""
         return (x @ weight.flatten(1)).unflatten(-1, (self.n_head, self.d_head))
 
-    def keys(self, cat, pos_emb, *, seg_k, seg_classes, batch):
+    def positional_keys(self, pos_emb):
+        """(1 or 2, R, H) sinusoids -> (1 or 2, N, D, R) projected positional keys."""
+        return self.project(pos_emb, self.r).permute(0, 2, 3, 1)
+
+    def keys(self, h, mem, ai, *, cache):
         """Keys and values of one layer, shared by both streams.
 
         Returns k (B, N, K, D + C) with the C one-hot segment dims of the keys appended (C = 0 without
-        segments), v (B, N, K, D) and the transposed positional keys kr (B or 1, N, D, R).
+        segments), v (B, N, K, D) and the transposed positional keys kr (B or 1, N, D, R). With a generation
+        cache the memory's keys and values were projected when they were written: only h's T rows are projected.
         """
-        k = self.project(cat, self.k).transpose(1, 2)  # (B, N, K, D)
-        v = self.project(cat, self.v).transpose(1, 2)  # (B, N, K, D)
-        kr = self.project(pos_emb, self.r)  # (1 or 2, R, N, D)
+        if cache is None:
+            cat = h if mem is None else torch.cat([mem, h], dim=1)  # (B, K, H)
+            k = self.project(cat, self.k).transpose(1, 2)  # (B, N, K, D)
+            v = self.project(cat, self.v).transpose(1, 2)  # (B, N, K, D)
+            kr = self.positional_keys(ai.pos_emb)  # (1 or 2, N, D, R)
+        else:
+            k_new = self.project(h, self.k).transpose(1, 2)  # (B, N, T, D)
+            k, v = cache.update(self.layer_idx, k_new, self.project(h, self.v).transpose(1, 2))  # (B, N, K, D)
+            kr = cache.relative_keys(self.layer_idx, klen=k.shape[2], num_positions=ai.num_positions)
         if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
-            kr = kr.repeat_interleave(batch // 2, dim=0)  # (B, R, N, D)
-        if seg_k is not None:
-            same_k = F.one_hot(seg_k, seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)  # (B, N, K, C)
+            kr = kr.repeat_interleave(h.shape[0] // 2, dim=0)  # (B, N, D, R)
+        if ai.seg_keys is not None:
+            same_k = F.one_hot(ai.seg_keys, ai.seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)
             k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
-        return k, v, kr.permute(0, 2, 3, 1)
+        return k, v, kr
 
     def attend(self, q, keys, *, biases, seg_q, seg_classes, blocked, no_key, query_pos, qlen, eager):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
@@ -280,15 +357,19 @@ class XLNetLiteRelativeAttention(nn.Module):
         out = attn_vec @ self.o.flatten(1).t()  # (B, Q, H)
         return self.layer_norm(self.dropout(out) + x)
 
-    def forward(self, h, g, mem, ai, *, biases, eager):
-        """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None. Returns h, g, (prob_h, prob_g)."""
-        cat = h if mem is None else torch.cat([mem, h], dim=1)  # (B, K, H)
-        keys = self.keys(cat, ai.pos_emb, seg_k=ai.seg_keys, seg_classes=ai.seg_classes, batch=h.shape[0])
+    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True):
+        """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None (or the generation cache instead).
+        Returns h, g, (prob_h, prob_g); with content=False the content stream is skipped (h returned unchanged),
+        for the last layer of a model whose output is the query stream."""
+        keys = self.keys(h, mem, ai, cache=cache)
         core = dict(biases=biases, seg_classes=ai.seg_classes, qlen=h.shape[1], eager=eager)
-        vec_h, prob_h = self.attend(
-            self.project(h, self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None, query_pos=None, **core
-        )
-        out_h = self.post_attention(h, vec_h)
+        out_h, prob_h = h, None
+        if content:
+            vec_h, prob_h = self.attend(
+                self.project(h, self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None,
+                query_pos=None, **core,
+            )
+            out_h = self.post_attention(h, vec_h)
         if g is None:
             return out_h, None, (prob_h,)
         vec_g, prob_g = self.attend(
@@ -315,14 +396,118 @@ class XLNetLiteFeedForward(nn.Module):
 
 
 class XLNetLiteLayer(GradientCheckpointingLayer):
-    def __init__(self, config):
+    def __init__(self, config, layer_idx=0):
         super().__init__()
-        self.rel_attn = XLNetLiteRelativeAttention(config)
+        self.rel_attn = XLNetLiteRelativeAttention(config, layer_idx)
         self.ff = XLNetLiteFeedForward(config)
 
-    def forward(self, h, g, mem, ai, *, biases, eager):
-        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, eager=eager)
-        return self.ff(h), (None if g is None else self.ff(g)), probs
+    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True):
+        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, eager=eager, cache=cache, content=content)
+        return (self.ff(h) if content else h), (None if g is None else self.ff(g)), probs
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Generation cache
+
+
+class XLNetLiteCache:
+    """generate()'s cache: the Transformer-XL memory of every layer, kept as projected keys and values.
+
+    XLNet's memory for layer l is that layer's input h at earlier positions, and a query uses it only through
+    h @ W_k and h @ W_v. The cache therefore stores those projections, each computed once when its position is
+    fed, in (B, N, capacity, D) buffers; the memory is positions [start, end) of them. It also records which
+    memory positions are padding (a left-padded prompt), and per layer the projected positional keys of every
+    relative distance needed so far. A forward appends all of its T positions; then only the last `mem_len`
+    (config.mem_len; None or 0 keeps all) are kept, as transformers' XLNet cuts its `mems` (reuse_len, a
+    pretraining notion, does not apply). `crop(-n)` forgets the n most recent positions.
+    """
+
+    is_compileable = False
+    is_croppable = True
+
+    def __init__(self, config):
+        self.mem_len = config.mem_len or 0
+        self.n_head, self.d_head = config.n_head, config.d_head
+        self.keys = [None] * config.n_layer  # (B, N, capacity, D) per layer
+        self.values = [None] * config.n_layer
+        self.padding = None  # (B, capacity) bool, True = padding
+        self.has_padding = False
+        self.start = self.end = self.seen_tokens = 0
+        self.pos_keys = None  # per layer (1 or 2, N, D, R'): projected keys of distances pos_top, pos_top - 1, ...
+        self.pos_top = self.pos_qlen = 0
+
+    def get_seq_length(self, layer_idx=0):
+        return self.end - self.start
+
+    def crop(self, max_length):
+        """Keep the oldest max_length memory positions; a negative value drops that many of the most recent."""
+        if max_length < 0:
+            max_length += self.get_seq_length()
+        self.end = self.start + max(0, min(max_length, self.get_seq_length()))
+
+    def reorder_cache(self, beam_idx):
+        """Beam search: row b continues the sequence of row beam_idx[b]."""
+        for store in (self.keys, self.values):
+            for i, x in enumerate(store):
+                store[i] = x.index_select(0, beam_idx.to(x.device))
+        if self.padding is not None:
+            self.padding = self.padding.index_select(0, beam_idx.to(self.padding.device))
+
+    def begin(self, pad_mask, *, qlen, like):
+        """Make room for qlen positions after the memory and record their padding (pad_mask (B, T) or None).
+        Returns the memory's padding (B, M) bool, or None when the memory holds none."""
+        batch = like.shape[0]
+        if self.padding is None or self.end + qlen > self.padding.shape[1]:
+            self._grow(batch, qlen, like)
+        new = self.padding[:, self.end:self.end + qlen]  # (B, T)
+        if pad_mask is None:
+            new.zero_()
+        else:
+            new.copy_(pad_mask)
+            self.has_padding = True
+        return self.padding[:, self.start:self.end] if self.has_padding else None
+
+    def _grow(self, batch, qlen, like):
+        """New buffers with room for twice the memory plus qlen; the memory moves to the front."""
+        length = self.end - self.start
+        capacity = 2 * (length + qlen) + 16
+        shape = (batch, self.n_head, capacity, self.d_head)
+        for store in (self.keys, self.values):
+            for i, old in enumerate(store):
+                store[i] = like.new_empty(shape)
+                if old is not None:
+                    store[i][:, :, :length] = old[:, :, self.start:self.end]
+        padding = torch.zeros(batch, capacity, dtype=torch.bool, device=like.device)
+        if self.padding is not None:
+            padding[:, :length] = self.padding[:, self.start:self.end]
+        self.padding, self.start, self.end = padding, 0, length
+
+    def update(self, layer_idx, k_new, v_new):
+        """Write this forward's keys and values (B, N, T, D) after the memory; returns memory + new (B, N, M + T, D)."""
+        stop = self.end + k_new.shape[2]
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[:, :, self.end:stop] = k_new
+        v[:, :, self.end:stop] = v_new
+        return k[:, :, self.start:stop], v[:, :, self.start:stop]
+
+    def commit(self, qlen):
+        """The forward's qlen positions join the memory; keep the last mem_len."""
+        self.end += qlen
+        self.seen_tokens += qlen
+        if self.mem_len:
+            self.start = max(self.start, self.end - self.mem_len)
+
+    def has_positions(self, *, qlen, klen):
+        return self.pos_keys is not None and klen <= self.pos_top and qlen <= self.pos_qlen
+
+    def set_positions(self, pos_keys, *, top, qlen):
+        """pos_keys: per layer (1 or 2, N, D, R') for distances top, top - 1, ... (down to -qlen + 1 for "bi")."""
+        self.pos_keys, self.pos_top, self.pos_qlen = pos_keys, top, qlen
+
+    def relative_keys(self, layer_idx, *, klen, num_positions):
+        """The projected positional keys of distances klen, klen - 1, ...: (1 or 2, N, D, num_positions)."""
+        first = self.pos_top - klen
+        return self.pos_keys[layer_idx][..., first:first + num_positions]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -333,6 +518,8 @@ class XLNetLitePreTrainedModel(PreTrainedModel):
     config_class = XLNetLiteConfig
     config: XLNetLiteConfig
     base_model_prefix = "transformer"
+    # the heads take the Trainer's num_items_in_batch by name (no **kwargs for the Trainer to detect it by)
+    accepts_loss_kwargs = True
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["XLNetLiteLayer"]
@@ -421,11 +608,13 @@ def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping,
 
 
 class XLNetLiteModel(XLNetLitePreTrainedModel):
+    accepts_loss_kwargs = False  # no loss
+
     def __init__(self, config: XLNetLiteConfig):
         super().__init__(config)
         self.word_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.mask_emb = nn.Parameter(torch.empty(1, 1, config.d_model))
-        self.layer = nn.ModuleList([XLNetLiteLayer(config) for _ in range(config.n_layer)])
+        self.layer = nn.ModuleList([XLNetLiteLayer(config, i) for i in range(config.n_layer)])
         if not config.untie_r:  # one u, v, b shared by every layer, as in the original with untie_r=False
             N, D = config.n_head, config.d_head
             self.r_w_bias = nn.Parameter(torch.empty(N, D))
@@ -455,11 +644,12 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         new = h if prev_mem is None else torch.cat([prev_mem, h], dim=1)  # (B, M', H)
         return (new[:, -mem_len:] if mem_len else new).detach()
 
-    def attention_inputs(self, *, perm_mask, pad_mask, token_type_ids, target_mapping, qlen, mlen, device):
+    def attention_inputs(self, *, perm_mask, pad_mask, token_type_ids, target_mapping, qlen, mlen, device,
+                         mem_pad=None, cache=None):
         cfg = self.config
         blocked = blocked_positions(
             perm_mask=perm_mask, pad_mask=pad_mask, attn_type=cfg.attn_type, same_length=cfg.same_length,
-            qlen=qlen, mlen=mlen, device=device,
+            qlen=qlen, mlen=mlen, device=device, mem_pad=mem_pad,
         )  # (B or 1, T, K)
         seg_keys = None if token_type_ids is None else F.pad(token_type_ids.long(), (mlen, 0), value=0)  # (B, K)
         query_pos = query_valid = blocked_g = no_key_g = None
@@ -473,9 +663,14 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 no_key_g = no_key_g if bool(no_key_g.any()) else None
                 blocked_g = blocked_g if bool(blocked_g.any()) else None
         blocked_h = content_stream_mask(blocked, qlen=qlen, mlen=mlen)
-        pos_emb = relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device)
+        pos_emb = None
+        if cache is None:
+            pos_emb = self.dropout(relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device).to(self.dtype))
+        else:
+            self.cache_positions(cache, qlen=qlen, klen=qlen + mlen, device=device)
         return AttentionInputs(
-            pos_emb=self.dropout(pos_emb.to(self.dtype)),
+            pos_emb=pos_emb,
+            num_positions=qlen + mlen + (qlen if cfg.attn_type == "bi" else 1),
             blocked_h=None if blocked_h is None or not bool(blocked_h.any()) else blocked_h[:, None],
             blocked_g=blocked_g,
             no_key_g=no_key_g,
@@ -486,6 +681,31 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             query_pos=query_pos,
             query_valid=query_valid,
         )
+
+    def cache_positions(self, cache, *, qlen, klen, device):
+        """Give the cache every layer's projected positional keys, for distances up to twice klen: generation
+        grows klen by one a step, so they are projected O(log) times, not once a token."""
+        if cache.has_positions(qlen=qlen, klen=klen):
+            return
+        top = 2 * klen + 16
+        pos_emb = self.dropout(relative_position_embedding(self.config, qlen=qlen, klen=top, device=device).to(self.dtype))
+        cache.set_positions([layer.rel_attn.positional_keys(pos_emb) for layer in self.layer], top=top, qlen=qlen)
+
+    def generation_cache(self, past_key_values, use_cache, *, mems, token_type_ids):
+        """The XLNetLiteCache to read and extend (a new one for use_cache=True without one), or None."""
+        if past_key_values is None and not use_cache:
+            return None
+        if past_key_values is None:
+            past_key_values = XLNetLiteCache(self.config)
+        if not isinstance(past_key_values, XLNetLiteCache):
+            raise ValueError(
+                f"past_key_values must be an XLNetLiteCache (generate() makes one), got {type(past_key_values).__name__}"
+            )
+        if mems is not None:
+            raise ValueError("Pass either mems (Transformer-XL memory) or past_key_values (generation cache), not both")
+        if token_type_ids is not None:
+            raise ValueError("token_type_ids cannot be combined with past_key_values: the generation cache has no segments")
+        return past_key_values
 
     def forward(
         self,
@@ -501,7 +721,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
-        **kwargs,
+        past_key_values=None,
+        use_cache=None,
     ):
         cfg = self.config
         output_attentions = output_attentions if output_attentions is not None else cfg.output_attentions
@@ -511,26 +732,49 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             use_mems = cfg.use_mems_train if self.training else cfg.use_mems_eval
         if mems is not None and all(m is None for m in mems):
             mems = None
+        cache = self.generation_cache(past_key_values, use_cache, mems=mems, token_type_ids=token_type_ids)
         B, T = check_inputs(
             cfg, input_ids=input_ids, inputs_embeds=inputs_embeds, perm_mask=perm_mask, target_mapping=target_mapping,
             mems=mems, attention_mask=attention_mask, input_mask=input_mask, token_type_ids=token_type_ids,
         )
-        mlen = mems[0].shape[1] if mems is not None else 0
+        mlen = cache.get_seq_length() if cache is not None else mems[0].shape[1] if mems is not None else 0
         h = self.word_embedding(input_ids) if inputs_embeds is None else inputs_embeds.to(self.dtype)  # (B, T, H)
         if mems is not None:
             mems = [m.to(device=h.device, dtype=h.dtype) for m in mems]
         pad_mask = input_mask > 0 if input_mask is not None else None
         if attention_mask is not None:
             pad_mask = attention_mask == 0  # (B, T)
+        pad_mask = _padding_or_none(pad_mask)
         ai = self.attention_inputs(
-            perm_mask=perm_mask, pad_mask=_padding_or_none(pad_mask), token_type_ids=token_type_ids,
-            target_mapping=target_mapping, qlen=T, mlen=mlen, device=h.device,
+            perm_mask=perm_mask, pad_mask=pad_mask, token_type_ids=token_type_ids, target_mapping=target_mapping,
+            qlen=T, mlen=mlen, device=h.device, cache=cache,
+            mem_pad=None if cache is None else cache.begin(pad_mask, qlen=T, like=h),
         )
         h = self.dropout(h)
         g = None
         if target_mapping is not None:
             g = self.dropout(self.mask_emb.expand(B, target_mapping.shape[1], -1))  # (B, P, H)
-        eager = output_attentions or cfg._attn_implementation not in ("sdpa",)
+        output, new_mems, hidden_states, attentions = self.run_layers(
+            h, g, mems, ai, cache=cache, use_mems=use_mems, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        if cache is not None:
+            cache.commit(T)
+        out = XLNetLiteModelOutput(
+            last_hidden_state=self.dropout(output),  # (B, T or P, H)
+            mems=new_mems if use_mems else None,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+            past_key_values=cache,
+        )
+        return out if return_dict else out.to_tuple()
+
+    def run_layers(self, h, g, mems, ai, *, cache, use_mems, output_attentions, output_hidden_states):
+        """The layer stack. Returns the output stream (h, or g with a target_mapping), the new mems, hidden states
+        and attentions. When the output is the query stream, the last layer's content stream feeds nothing and
+        is skipped (unless its hidden states or attentions are asked for)."""
+        eager = output_attentions or self.config._attn_implementation not in ("sdpa",)
+        skip_last_content = g is not None and not (output_attentions or output_hidden_states)
         new_mems, hidden_states, attentions = [], [], []
         for i, layer in enumerate(self.layer):
             mem = None if mems is None else mems[i]
@@ -538,19 +782,15 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 new_mems.append(self.cache_mem(h, mem))
             if output_hidden_states:
                 hidden_states += [h] if g is None else [h, g]
-            h, g, probs = layer(h, g, mem, ai, biases=self.layer_biases(layer), eager=eager)
+            content = not (skip_last_content and i == len(self.layer) - 1)
+            h, g, probs = layer(
+                h, g, mem, ai, biases=self.layer_biases(layer), eager=eager, cache=cache, content=content
+            )
             if output_attentions:
                 attentions.append(probs[0] if g is None else probs)
         if output_hidden_states:
             hidden_states += [h] if g is None else [h, g]
-        output = self.dropout(h if g is None else g)  # (B, T or P, H)
-        out = XLNetLiteModelOutput(
-            last_hidden_state=output,
-            mems=new_mems if use_mems else None,
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
-            attentions=tuple(attentions) if output_attentions else None,
-        )
-        return out if return_dict else out.to_tuple()
+        return (h if g is None else g), new_mems, hidden_states, attentions
 
 
 def _padding_or_none(pad_mask):
@@ -558,8 +798,10 @@ def _padding_or_none(pad_mask):
     return None if pad_mask is None or not bool(pad_mask.any()) else pad_mask
 
 
-class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel):
-    """Permutation-LM head: logits for the P predicted tokens (target_mapping), tied to the word embeddings."""
+class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
+    """Permutation-LM head: logits for the P predicted tokens (target_mapping), tied to the word embeddings.
+    `generate()` predicts each next token as transformers' XLNetLMHeadModel does (prepare_inputs_for_generation),
+    with the memory kept as an XLNetLiteCache of projected keys and values."""
 
     _tied_weights_keys = {"lm_loss.weight": "transformer.word_embedding.weight"}
 
@@ -575,35 +817,114 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_loss = new_embeddings
 
+    @classmethod
+    def _supports_default_dynamic_cache(cls):
+        return False  # the cache is an XLNetLiteCache, made by prepare_inputs_for_generation
+
+    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, attention_mask=None, use_cache=None,
+                                      use_mems=None, inputs_embeds=None, token_type_ids=None, **kwargs):
+        """One step of XLNet's next-token prediction (transformers' XLNetLMHeadModel scheme).
+
+        A dummy token is appended; perm_mask hides it from every position (its own query stream included) and
+        target_mapping reads it through the query stream, whose output gives the next token's logits. With the
+        cache (the default) the memory holds the content stream of the earlier positions and each step feeds only
+        the last two tokens and the dummy: the cache first forgets its two most recent positions (the previous
+        step's second token and dummy), as transformers' XLNet drops mems[-2:]. use_cache=False (or
+        use_mems=False) feeds the whole sequence every step instead.
+        """
+        if inputs_embeds is not None or token_type_ids is not None:
+            raise ValueError("XLNetLiteLMHeadModel.generate() takes input_ids and attention_mask only "
+                             "(no inputs_embeds, no token_type_ids)")
+        for name in ("next_sequence_length", "is_first_iteration", "cache_position"):
+            kwargs.pop(name, None)
+        cached = use_cache is not False and use_mems is not False
+        if not cached:
+            past_key_values = None
+        elif past_key_values is not None and past_key_values.seen_tokens:
+            past_key_values.crop(-2)
+            input_ids = input_ids[:, -2:]
+            attention_mask = None if attention_mask is None else attention_mask[:, -2:]
+        else:
+            past_key_values = past_key_values if past_key_values is not None else XLNetLiteCache(self.config)
+        return dict(**dummy_token_inputs(input_ids, attention_mask), past_key_values=past_key_values,
+                    use_cache=cached, use_mems=False, **kwargs)
+
     def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
                 token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0,
+                past_key_values=None, use_cache=None, cache_position=None, num_items_in_batch=None):
+        """transformers' XLNetLMHeadModel inputs, plus the generation cache (past_key_values / use_cache; generate()
+        also passes cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
             input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
             token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            past_key_values=past_key_values, use_cache=use_cache,
         )
-        logits = self.lm_loss(out.last_hidden_state)  # (B, P or T, V)
+        logits = self.lm_loss(keep_rows(out.last_hidden_state, logits_to_keep))  # (B, P or T, V)
         loss = None
         if labels is not None:
             check_lm_labels(labels, tuple(logits.shape[:2]), self.config.vocab_size, target_mapping is not None)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+            loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteLMHeadModelOutput(
-            loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
+            loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions,
+            past_key_values=out.past_key_values,
         )
         return result if return_dict else result.to_tuple()
 
 
+def dummy_token_inputs(input_ids, attention_mask):
+    """input_ids (B, T) -> the model inputs that predict token T: a dummy token 0 appended at position T, hidden
+    from every query by perm_mask (B, T + 1, T + 1) and read by a one-row target_mapping (B, 1, T + 1)."""
+    B = input_ids.shape[0]
+    input_ids = torch.cat([input_ids, input_ids.new_zeros(B, 1)], dim=1)  # (B, T + 1)
+    T = input_ids.shape[1]
+    perm_mask = torch.zeros(B, T, T, device=input_ids.device)
+    perm_mask[:, :, -1] = 1.0
+    target_mapping = torch.zeros(B, 1, T, device=input_ids.device)
+    target_mapping[:, 0, -1] = 1.0
+    if attention_mask is not None:
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(B, 1)], dim=1)  # (B, T + 1)
+    return dict(input_ids=input_ids, perm_mask=perm_mask, target_mapping=target_mapping, attention_mask=attention_mask)
+
+
+def keep_rows(hidden, logits_to_keep):
+    """transformers' logits_to_keep: 0 keeps every row, n the last n, a tensor the rows it indexes."""
+    if isinstance(logits_to_keep, int):
+        return hidden if logits_to_keep == 0 else hidden[:, -logits_to_keep:]
+    return hidden[:, logits_to_keep]
+
+
+def cross_entropy(logits, labels, num_items_in_batch=None):
+    """Mean cross-entropy over the labels that are not -100; with the Trainer's num_items_in_batch (the labelled
+    items of every micro-batch of a gradient-accumulation step) their sum divided by it, as transformers' losses
+    do, so that accumulated micro-batches add up to the mean over the whole batch."""
+    if num_items_in_batch is None:
+        return F.cross_entropy(logits.float(), labels, ignore_index=-100)
+    return per_item_sum(F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum"), num_items_in_batch)
+
+
+def per_item_sum(total, num_items_in_batch):
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
 def check_lm_labels(labels, shape, vocab_size, partial):
+    check_class_labels(labels, shape, f"(B, {'P' if partial else 'T'})", "token ids", "vocab_size", vocab_size)
+
+
+def check_class_labels(labels, shape, dims, what, bound_name, bound):
+    """labels of the given shape, integers in [0, bound) or -100 (ignored)."""
     if tuple(labels.shape) != shape:
-        raise ValueError(f"labels must have shape (B, {'P' if partial else 'T'}) = {shape}, got {tuple(labels.shape)}")
+        raise ValueError(f"labels must have shape {dims} = {shape}, got {tuple(labels.shape)}")
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise ValueError(f"labels must be integer token ids, got {labels.dtype}")
+        raise ValueError(f"labels must be integer {what}, got {labels.dtype}")
     if labels.numel() and not torch.compiler.is_compiling():
-        bad = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+        bad = (labels != -100) & ((labels < 0) | (labels >= bound))
         if bool(bad.any()):
-            raise ValueError(f"labels must be token ids in [0, vocab_size={vocab_size}) or -100 (ignored), "
+            raise ValueError(f"labels must be {what} in [0, {bound_name}={bound}) or -100 (ignored), "
                              f"got {labels[bad][0].item()}")
 
 
@@ -645,7 +966,7 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
                 token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+                output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if self.config.summary_type == "last":
             check_left_padding(attention_mask, input_mask)
@@ -655,14 +976,17 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
         logits = self.logits_proj(self.sequence_summary(out.last_hidden_state))  # (B, num_labels)
-        loss = None if labels is None else self.classification_loss(logits, labels)
+        loss = None if labels is None else self.classification_loss(logits, labels, num_items_in_batch)
         result = XLNetLiteForSequenceClassificationOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
         )
         return result if return_dict else result.to_tuple()
 
-    def classification_loss(self, logits, labels):
+    def classification_loss(self, logits, labels, num_items_in_batch=None):
+        """transformers' problem types; with num_items_in_batch (the Trainer's count of labels over the micro-batches
+        of a step) the summed loss divided by it."""
         cfg = self.config
+        reduction = "mean" if num_items_in_batch is None else "sum"
         if cfg.problem_type is None:
             if self.num_labels == 1:
                 cfg.problem_type = "regression"
@@ -672,14 +996,17 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
                 cfg.problem_type = "multi_label_classification"
         if cfg.problem_type == "regression":
             if self.num_labels == 1:
-                return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
-            return F.mse_loss(logits.float(), labels.float())
-        if cfg.problem_type == "single_label_classification":
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1), reduction=reduction)
+            else:
+                loss = F.mse_loss(logits.float(), labels.float(), reduction=reduction)
+        elif cfg.problem_type == "single_label_classification":
             labels = labels.view(-1)
             if labels.numel() != logits.shape[0]:
                 raise ValueError(f"labels must have shape (B,) = ({logits.shape[0]},), got {tuple(labels.shape)}")
-            return F.cross_entropy(logits.float(), labels)
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+            return cross_entropy(logits, labels, num_items_in_batch)
+        else:
+            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)
+        return loss if num_items_in_batch is None else per_item_sum(loss, num_items_in_batch)
 
 
 def check_left_padding(attention_mask, input_mask):
@@ -696,9 +1023,313 @@ def check_left_padding(attention_mask, input_mask):
         )
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Token classification, multiple choice, question answering: transformers' XLNet heads, same parameter names
+
+
+class XLNetLiteForTokenClassification(XLNetLitePreTrainedModel):
+    """A label per token (NER, POS tagging): one linear layer on every position's output."""
+
+    def __init__(self, config: XLNetLiteConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.transformer = XLNetLiteModel(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
+                token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+        """labels (B, T): a class id per token, -100 where no loss is wanted (padding, later sub-word pieces)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        out = self.transformer(
+            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
+            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.classifier(out.last_hidden_state)  # (B, T or P, num_labels)
+        loss = None
+        if labels is not None:
+            dims = "(B, P)" if target_mapping is not None else "(B, T)"
+            check_class_labels(labels, tuple(logits.shape[:2]), dims, "class ids", "num_labels", self.num_labels)
+            loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
+        result = XLNetLiteForTokenClassificationOutput(
+            loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return result if return_dict else result.to_tuple()
+
+
+class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
+    """One score per choice (RACE, SWAG): inputs (B, C, T) run as B * C sequences, each pooled like the sequence
+    classifier (its last token, <cls>: pad on the left) and projected to one logit; softmax over the C choices."""
+
+    def __init__(self, config: XLNetLiteConfig):
+        super().__init__(config)
+        self.transformer = XLNetLiteModel(config)
+        self.sequence_summary = XLNetLiteSequenceSummary(config)
+        self.logits_proj = nn.Linear(config.d_model, 1)
+        self.post_init()
+
+    def forward(self, input_ids=None, token_type_ids=None, input_mask=None, attention_mask=None, mems=None,
+                perm_mask=None, target_mapping=None, inputs_embeds=None, labels=None, use_mems=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+        """input_ids (B, C, T) or inputs_embeds (B, C, T, H); attention_mask, input_mask, token_type_ids (B, C, T);
+        perm_mask (B, C, T, T); target_mapping (B, C, P, T); mems for B * C rows; labels (B,) choice indices."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        B, C = choices_shape(input_ids, inputs_embeds)
+        flat = flatten_choices(
+            B, C, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+            input_mask=input_mask, token_type_ids=token_type_ids, perm_mask=perm_mask, target_mapping=target_mapping,
+        )
+        if self.config.summary_type == "last":
+            check_left_padding(flat["attention_mask"], flat["input_mask"])
+        out = self.transformer(
+            **flat, mems=mems, use_mems=use_mems, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.logits_proj(self.sequence_summary(out.last_hidden_state)).view(B, C)  # (B, C)
+        loss = None
+        if labels is not None:
+            check_class_labels(labels, (B,), "(B,)", "choice indices", "num_choices", C)
+            loss = cross_entropy(logits, labels, num_items_in_batch)
+        result = XLNetLiteForMultipleChoiceOutput(
+            loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return result if return_dict else result.to_tuple()
+
+
+def choices_shape(input_ids, inputs_embeds):
+    """(B, C) from input_ids (B, C, T) or inputs_embeds (B, C, T, H); ValueError otherwise."""
+    if input_ids is not None and input_ids.dim() != 3:
+        raise ValueError(f"input_ids must have shape (B, C, T) = (batch, choices, tokens) for multiple choice, "
+                         f"got {tuple(input_ids.shape)}")
+    if input_ids is None and inputs_embeds is not None and inputs_embeds.dim() != 4:
+        raise ValueError(f"inputs_embeds must have shape (B, C, T, H) = (batch, choices, tokens, d_model) for multiple "
+                         f"choice, got {tuple(inputs_embeds.shape)}")
+    first = input_ids if input_ids is not None else inputs_embeds
+    if first is None:
+        raise ValueError("Pass exactly one of input_ids (B, C, T) or inputs_embeds (B, C, T, H)")
+    return first.shape[0], first.shape[1]
+
+
+def flatten_choices(batch, choices, **inputs):
+    """Every given per-choice input (B, C, ...) -> (B * C, ...); ValueError naming one whose first dims are not (B, C)."""
+    flat = {}
+    for name, x in inputs.items():
+        if x is not None and (x.dim() < 3 or tuple(x.shape[:2]) != (batch, choices)):
+            raise ValueError(f"{name} must start with the (B, C) = ({batch}, {choices}) dims of input_ids for "
+                             f"multiple choice, got {tuple(x.shape)}")
+        flat[name] = None if x is None else x.flatten(0, 1)
+    return flat
+
+
+class XLNetLiteForQuestionAnsweringSimple(XLNetLitePreTrainedModel):
+    """Extractive question answering: a start and an end logit per position from one linear layer (what
+    AutoModelForQuestionAnswering gives for XLNet)."""
+
+    def __init__(self, config: XLNetLiteConfig):
+        if config.num_labels != 2:
+            raise ValueError(f"XLNetLiteForQuestionAnsweringSimple needs config.num_labels == 2 (start and end logits), "
+                             f"got {config.num_labels}")
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.transformer = XLNetLiteModel(config)
+        self.qa_outputs = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
+                token_type_ids=None, input_mask=None, inputs_embeds=None, start_positions=None, end_positions=None,
+                use_mems=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                num_items_in_batch=None):
+        """start_positions, end_positions (B,): the answer span, positions in [0, T); the loss is the mean of the
+        start and end cross-entropies."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        out = self.transformer(
+            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
+            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
+        start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()  # (B, T) each
+        loss = None
+        if start_positions is not None or end_positions is not None:
+            starts, ends = check_span(start_positions, end_positions, *start_logits.shape)
+            start_loss = cross_entropy(start_logits, starts, num_items_in_batch)
+            loss = (start_loss + cross_entropy(end_logits, ends, num_items_in_batch)) / 2
+        result = XLNetLiteForQuestionAnsweringSimpleOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, mems=out.mems,
+            hidden_states=out.hidden_states, attentions=out.attentions,
+        )
+        return result if return_dict else result.to_tuple()
+
+
+def check_span(start_positions, end_positions, batch, length):
+    if start_positions is None or end_positions is None:
+        raise ValueError("Pass both start_positions and end_positions (B,) for the span loss, or neither")
+    return check_index(start_positions, "start_positions", batch, length), check_index(
+        end_positions, "end_positions", batch, length)
+
+
+def check_index(x, name, batch, length):
+    """(B,) or (B, 1) integer positions in [0, length) -> (B,) long; ValueError naming the argument otherwise."""
+    if x.dim() == 2 and x.shape[1] == 1:
+        x = x[:, 0]
+    if tuple(x.shape) != (batch,):
+        raise ValueError(f"{name} must have shape (B,) = ({batch},), got {tuple(x.shape)}")
+    if x.dtype.is_floating_point or x.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer positions, got {x.dtype}")
+    low, high = int(x.min()), int(x.max())
+    if low < 0 or high >= length:
+        raise ValueError(f"{name} must be positions in [0, T={length}), got values in [{low}, {high}]")
+    return x.long()
+
+
+def masked_positions(logits, p_mask):
+    """p_mask = 1 marks positions that cannot be part of an answer (question, special tokens): lowest logit."""
+    if p_mask is None:
+        return logits
+    return logits.masked_fill(p_mask.bool(), torch.finfo(logits.dtype).min)
+
+
+class XLNetLitePoolerStartLogits(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, 1)
+
+    def forward(self, hidden, p_mask=None):
+        """(B, T, H) -> (B, T) start logits."""
+        return masked_positions(self.dense(hidden).squeeze(-1), p_mask)
+
+
+class XLNetLitePoolerEndLogits(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense_0 = nn.Linear(2 * config.d_model, config.d_model)
+        self.activation = nn.Tanh()
+        self.LayerNorm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dense_1 = nn.Linear(config.d_model, 1)
+
+    def forward(self, hidden, start_states, p_mask=None):
+        """hidden and start_states (..., T, H) -> end logits (..., T): every position as an end for that start."""
+        x = self.activation(self.dense_0(torch.cat([hidden, start_states], dim=-1)))
+        return masked_positions(self.dense_1(self.LayerNorm(x)).squeeze(-1), p_mask)
+
+
+class XLNetLitePoolerAnswerClass(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense_0 = nn.Linear(2 * config.d_model, config.d_model)
+        self.activation = nn.Tanh()
+        self.dense_1 = nn.Linear(config.d_model, 1, bias=False)
+
+    def forward(self, start_states, cls_states):
+        """(B, H), (B, H) -> (B,) answer-class logit (is_impossible), from the start and <cls> representations."""
+        return self.dense_1(self.activation(self.dense_0(torch.cat([start_states, cls_states], dim=-1)))).squeeze(-1)
+
+
+class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
+    """XLNet's SQuAD 2.0 head. Training: the end is scored given the true start; loss = mean of the start and end
+    cross-entropies, plus half the answer-class (is_impossible) loss when cls_index and is_impossible are given.
+    Inference: the start_n_top best starts, for each the end_n_top best ends, and the answer-class logit from the
+    probability-weighted start representation and <cls> (cls_index, default the last token)."""
+
+    def __init__(self, config: XLNetLiteConfig):
+        super().__init__(config)
+        self.start_n_top, self.end_n_top = config.start_n_top, config.end_n_top
+        self.transformer = XLNetLiteModel(config)
+        self.start_logits = XLNetLitePoolerStartLogits(config)
+        self.end_logits = XLNetLitePoolerEndLogits(config)
+        self.answer_class = XLNetLitePoolerAnswerClass(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
+                token_type_ids=None, input_mask=None, inputs_embeds=None, start_positions=None, end_positions=None,
+                is_impossible=None, cls_index=None, p_mask=None, use_mems=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+        """start_positions, end_positions, cls_index (B,) positions in [0, T); is_impossible (B,) 0/1;
+        p_mask (B, T), 1 = may not be part of the answer."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        out = self.transformer(
+            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
+            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        hidden = out.last_hidden_state  # (B, T, H)
+        B, T = hidden.shape[:2]
+        p_mask = check_p_mask(p_mask, B, T)
+        cls_index = None if cls_index is None else check_index(cls_index, "cls_index", B, T)
+        if start_positions is not None or end_positions is not None:
+            starts, ends = check_span(start_positions, end_positions, B, T)
+            fields = dict(loss=self.span_loss(hidden, starts, ends, p_mask, cls_index, is_impossible, num_items_in_batch))
+        else:
+            fields = self.beam_search(hidden, p_mask, cls_index)
+        result = XLNetLiteForQuestionAnsweringOutput(
+            **fields, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return result if return_dict else result.to_tuple()
+
+    def span_loss(self, hidden, starts, ends, p_mask, cls_index, is_impossible, num_items_in_batch):
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        start_states = hidden[rows, starts][:, None].expand_as(hidden)  # (B, T, H): the true start, at every position
+        start_loss = cross_entropy(self.start_logits(hidden, p_mask), starts, num_items_in_batch)
+        end_loss = cross_entropy(self.end_logits(hidden, start_states, p_mask), ends, num_items_in_batch)
+        loss = (start_loss + end_loss) / 2
+        if cls_index is not None and is_impossible is not None:
+            is_impossible = check_is_impossible(is_impossible, hidden.shape[0])
+            cls_logits = self.answer_class(hidden[rows, starts], hidden[rows, cls_index])  # (B,)
+            reduction = "mean" if num_items_in_batch is None else "sum"
+            cls_loss = F.binary_cross_entropy_with_logits(cls_logits.float(), is_impossible, reduction=reduction)
+            loss = loss + 0.5 * (cls_loss if num_items_in_batch is None else per_item_sum(cls_loss, num_items_in_batch))
+        return loss
+
+    def beam_search(self, hidden, p_mask, cls_index):
+        B, T, H = hidden.shape
+        S, E = self.start_n_top, self.end_n_top
+        if max(S, E) > T:
+            raise ValueError(f"config.start_n_top ({S}) and config.end_n_top ({E}) must not exceed the sequence length "
+                             f"T={T}")
+        start_probs = self.start_logits(hidden, p_mask).softmax(-1)  # (B, T)
+        start_top_probs, start_top_index = start_probs.topk(S, dim=-1)  # (B, S)
+        start_states = hidden.gather(1, start_top_index[:, :, None].expand(-1, -1, H))  # (B, S, H)
+        start_states = start_states[:, None].expand(-1, T, -1, -1)  # (B, T, S, H)
+        end_mask = None if p_mask is None else p_mask[:, :, None]  # (B, T, 1)
+        end_probs = self.end_logits(hidden[:, :, None].expand_as(start_states), start_states, end_mask).softmax(1)
+        end_top_probs, end_top_index = end_probs.topk(E, dim=1)  # (B, E, S)
+        expected_start = torch.einsum("bth,bt->bh", hidden, start_probs)  # (B, H)
+        cls_states = hidden[:, -1] if cls_index is None else hidden[torch.arange(B, device=hidden.device), cls_index]
+        return dict(
+            start_top_log_probs=start_top_probs, start_top_index=start_top_index,
+            end_top_log_probs=end_top_probs.reshape(B, E * S), end_top_index=end_top_index.reshape(B, E * S),
+            cls_logits=self.answer_class(expected_start, cls_states),
+        )
+
+
+def check_p_mask(p_mask, batch, length):
+    if p_mask is None:
+        return None
+    if tuple(p_mask.shape) != (batch, length):
+        raise ValueError(f"p_mask must have shape (B, T) = {(batch, length)}, got {tuple(p_mask.shape)}")
+    if not bool(((p_mask == 0) | (p_mask == 1)).all()):
+        raise ValueError("p_mask must hold 0 (may be part of the answer) or 1 (may not)")
+    return p_mask
+
+
+def check_is_impossible(is_impossible, batch):
+    if is_impossible.dim() == 2 and is_impossible.shape[1] == 1:
+        is_impossible = is_impossible[:, 0]
+    if tuple(is_impossible.shape) != (batch,):
+        raise ValueError(f"is_impossible must have shape (B,) = ({batch},), got {tuple(is_impossible.shape)}")
+    return is_impossible.float()
+
+
 __all__ = [
     "XLNetLitePreTrainedModel",
     "XLNetLiteModel",
     "XLNetLiteLMHeadModel",
     "XLNetLiteForSequenceClassification",
+    "XLNetLiteForTokenClassification",
+    "XLNetLiteForMultipleChoice",
+    "XLNetLiteForQuestionAnsweringSimple",
+    "XLNetLiteForQuestionAnswering",
+    "XLNetLiteCache",
 ]
