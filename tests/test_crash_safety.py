@@ -91,7 +91,7 @@ def test_sigterm_saves_a_checkpoint_and_exits(corpus, tmp_path, env):
     checkpoints = sorted((out / "checkpoints").glob("step_*"))
     assert len(checkpoints) == 1
     step = int(checkpoints[0].name[5:])
-    assert step >= 3 and json.loads((checkpoints[0] / "data_state_rank0.json").read_text())["step"] == step
+    assert step >= 3 and json.loads((checkpoints[0] / "trainer_state.json").read_text())["step"] == step
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(corpus, t
     with pytest.raises(FloatingPointError, match="at step 5"):
         run_pretraining.main(args)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2", "step_4"]  # intact, no partial
-    assert (tmp_path / "checkpoints" / "step_4" / "data_state_rank0.json").is_file()
+    assert (tmp_path / "checkpoints" / "step_4" / "rank0_state.json").is_file()
 
 
 def test_skip_nonfinite_skips_and_counts(corpus, tmp_path, nan_at_fifth_training_step):

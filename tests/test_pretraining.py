@@ -84,11 +84,11 @@ def test_memory_is_carried_across_steps(straight_run, corpus):
     """The memory changes the validation loss, and the checkpoint holds the mems of the last step."""
     out, results = straight_run
     assert results["eval_loss"] != results["eval_loss_no_memory"]
-    mems_file = out / "checkpoints" / "step_12" / "mems_rank0.safetensors"
+    mems_file = out / "checkpoints" / "step_12" / "rank0_tensors.safetensors"
     from safetensors.torch import load_file
 
     mems = load_file(str(mems_file))
-    assert len(mems) == 2 and mems["layer_0"].shape == (4, 24, 64)  # (B, mem_len, d_model), full after 12 steps
+    assert len(mems) == 2 and mems["mems.0"].shape == (4, 24, 64)  # (B, mem_len, d_model), full after 12 steps
 
 
 def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path):
@@ -111,7 +111,7 @@ def test_same_seed_same_losses_in_one_process(straight_run, corpus, tmp_path):
     args[args.index("--eval_steps") + 1] = "5"
     run_pretraining.main(args)
     again = read_metrics(tmp_path)
-    run_pretraining.main(args)  # a fresh start in the same folder (no --resume_from_checkpoint)
+    run_pretraining.main(args + ["--overwrite_output_dir"])  # a fresh start in the same folder
     assert [(m["loss"], m.get("eval_loss")) for m in read_metrics(tmp_path)] == [(m["loss"], m.get("eval_loss")) for m in again]
 
 
@@ -153,16 +153,15 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     first = read_metrics(tmp_path / "out")
-    shutil.rmtree(tmp_path / "out" / "checkpoints")  # the same seed, run again: the same losses
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(cmd + ["--overwrite_output_dir"], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert [m["loss"] for m in read_metrics(tmp_path / "out")] == [m["loss"] for m in first]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["num_processes"] == 2
     step = tmp_path / "out" / "checkpoints" / "step_4"
-    states = [json.loads((step / f"data_state_rank{r}.json").read_text()) for r in (0, 1)]
+    states = [json.loads((step / f"rank{r}_state.json").read_text()) for r in (0, 1)]
     assert states[0]["stream"]["layout"]["rank"] == 0 and states[1]["stream"]["layout"]["rank"] == 1
-    assert (step / "mems_rank0.safetensors").is_file() and (step / "mems_rank1.safetensors").is_file()
+    assert (step / "rank0_tensors.safetensors").is_file() and (step / "rank1_tensors.safetensors").is_file()
 
 
 @pytest.mark.parametrize(
@@ -171,7 +170,6 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
         (["--perm_size", "20"], "perm_size"),
         (["--reuse_len", "32"], "reuse_len"),
         (["--bi_data", "--per_device_train_batch_size", "3"], "even"),
-        (["--model_size", "huge"], "model_size"),
         (["--plm_probability", "1.5"], "plm_probability"),
         (["--train_file", "/nonexistent.txt"], "no such file"),
     ],
@@ -181,19 +179,20 @@ def test_inconsistent_flags_stop_at_once(corpus, tmp_path, flags, message):
         run_pretraining.main(tiny_args(corpus, tmp_path) + flags)
 
 
-def test_unknown_flag_stops(corpus, tmp_path):
+@pytest.mark.parametrize("flags", [["--sequence_length", "5"], ["--model_size", "huge"], ["--lr_scheduler_type", "cosin"]])
+def test_unknown_flag_or_choice_stops(corpus, tmp_path, flags):
     with pytest.raises(SystemExit):
-        run_pretraining.main(tiny_args(corpus, tmp_path) + ["--sequence_length", "5"])
+        run_pretraining.main(tiny_args(corpus, tmp_path) + flags)
 
 
 def test_config_file_with_flag_override(corpus, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("seq_len: 32\nreuse_len: 16\nmax_steps: 99\n")
-    args = run_pretraining.parse_args(["--config", str(config), "--max_steps", "3"])
+    args = run_pretraining.parse_args(run_pretraining.PretrainingArguments, ["--config", str(config), "--max_steps", "3"])
     assert (args.seq_len, args.reuse_len, args.max_steps) == (32, 16, 3)
     config.write_text("seq_length: 32\n")
-    with pytest.raises(SystemExit, match="unknown keys"):
-        run_pretraining.parse_args(["--config", str(config)])
+    with pytest.raises(ValueError, match="unknown keys"):
+        run_pretraining.parse_args(run_pretraining.PretrainingArguments, ["--config", str(config)])
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -110,8 +110,8 @@ def parse_args(cls, argv=None, *, description=None):
     known, _ = parser.parse_known_args(argv)
     if known.config:
         parser.set_defaults(**read_config_file(known.config, cls))
-    args, _ = parser.parse_args_into_dataclasses(args=argv)
-    return args
+    namespace = parser.parse_args(argv)  # an unknown flag or a bad value: argparse's one-line error, exit status 2
+    return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls) if f.init})
 
 
 def read_config_file(path, cls):
@@ -659,7 +659,8 @@ def push_output_dir(a: RecipeArguments, *, commit_message):
 
 
 def exit_on_recipe_error(main, argv, prog):
-    """Run `main(argv)`; bad input ends in one line naming the flag, file or column, and exit status 2."""
+    """Run `main(argv)`; bad input ends in one line naming the flag, file or column (exit status 2), a non-finite
+    loss in one line naming the step (exit status 1)."""
     import sys
 
     try:
@@ -667,3 +668,6 @@ def exit_on_recipe_error(main, argv, prog):
     except (RecipeError, FileNotFoundError) as error:
         sys.stderr.write(f"{prog}: error: {error}\n")
         sys.exit(2)
+    except FloatingPointError as error:
+        sys.stderr.write(f"{prog}: error: {error}\n")
+        sys.exit(1)
