@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from accelerate import Accelerator
 
 import xlnet_lite
 from xlnet_lite import glue_metrics
+from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSampler
+from xlnet_lite.training import parameter_groups
 from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +210,7 @@ def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
     assert results["best_epoch"] == 2  # no validation split: the last epoch is the result
 
     model = xlnet_lite.XLNetLiteForSequenceClassification(xlnet_lite.XLNetLiteConfig(vocab_size=60, **{**TINY, "n_layer": 3}))
-    groups = run_glue.parameter_groups(model, learning_rate=1.0, weight_decay=0.01, layerwise_lr_decay=0.5)
+    groups = parameter_groups(model, learning_rate=1.0, weight_decay=0.01, layerwise_lr_decay=0.5)
     lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
     named = dict(model.named_parameters())
     assert lr_of[id(named["logits_proj.weight"])] == 1.0
@@ -239,10 +242,11 @@ def test_checkpoint_resume_matches_uninterrupted_run(tmp_path, pretrained):
     straight, out = run(tmp_path / "a", pretrained, *common, epochs=2)
     ckpt = out / "checkpoints" / "step_4"
     assert ckpt.is_dir() and not list(ckpt.parent.glob(".tmp*"))
-    assert json.loads((ckpt / "trainer_state.json").read_text())["completed_steps"] == 4
+    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == 4
 
     interrupted = tmp_path / "b" / "out"
     shutil.copytree(out, interrupted)
+    shutil.rmtree(interrupted / "checkpoints" / "step_6")  # killed after the checkpoint of step 4
     for name in ("all_results.json", "eval_results.json", "history.json", "training_curves.png"):
         (interrupted / name).unlink()
     resumed, _ = run(tmp_path / "b", pretrained, *common, "--resume_from_checkpoint", "latest", epochs=2)
@@ -300,7 +304,7 @@ def test_checkpoint_with_other_number_of_labels(tmp_path, pretrained):
 
 def test_missing_default_pretraining_output(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match="run_pretraining.py.*--model_name_or_path"):
+    with pytest.raises(ValueError, match="run_pretraining.py.*--model_name_or_path"):
         run_glue.main(["--train_file", write_rows(tmp_path / "t.csv", sentiment_rows(1))])
 
 
@@ -337,7 +341,7 @@ def test_mems_mode_segments_and_memory(pretrained):
     rows = [{"input_ids": ids, "token_type_ids": tt, "index": i, "n_segments": math.ceil(len(ids) / S), "labels": 0}
             for i, (ids, tt) in enumerate(zip(enc["input_ids"], enc["token_type_ids"]))]
     assert len({r["n_segments"] for r in rows}) == 1 and rows[0]["n_segments"] >= 3, [len(i) for i in enc["input_ids"]]
-    collator = run_glue.SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, S)
+    collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, S)
     batch = collator(rows)
     n = rows[0]["n_segments"]
     assert tuple(batch["prefix_input_ids"].shape) == (3, n - 1, S)
@@ -349,7 +353,7 @@ def test_mems_mode_segments_and_memory(pretrained):
     config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), **{**TINY, "num_labels": 2})
     torch.manual_seed(0)
     model = xlnet_lite.XLNetLiteForSequenceClassification(config).eval()
-    accelerator = run_glue.Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True)
     together = run_glue.classify(model, batch, accelerator).logits
     alone = torch.cat([run_glue.classify(model, collator([r]), accelerator).logits for r in rows])
     torch.testing.assert_close(together, alone)
@@ -371,7 +375,7 @@ def test_mems_mode_segments_and_memory(pretrained):
 
 def test_segment_count_batches_cover_everything_once():
     counts = [1, 3, 1, 2, 3, 3, 1, 2, 1, 1]
-    sampler = run_glue.SegmentCountBatchSampler(counts, 2, shuffle=True, seed=3)
+    sampler = SegmentCountBatchSampler(counts, 2, shuffle=True, seed=3)
     for epoch in range(3):
         sampler.set_epoch(epoch)
         batches = list(sampler)

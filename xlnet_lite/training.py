@@ -276,22 +276,24 @@ def start_run(a: RecipeArguments, accelerator, checkpoints: Checkpoints, *, outp
     out = Path(a.output_dir)
     ours = [RUN_FILE, "checkpoints", *outputs]
     held = sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) if out.is_dir() else []
+    trained = [name for name in held if name not in (RUN_FILE, "tokenizer")]  # a run that never trained left only these
     checkpoint = checkpoints.resolve(a.resume_from_checkpoint)
     previous = _read_json(out / RUN_FILE)
+    same_run = previous is not None and not flag_differences(a, previous)
     if checkpoint is not None:
         check_resume(a, checkpoint)
-    elif held and a.overwrite_output_dir:
-        accelerator.print(f"--overwrite_output_dir: removing the previous run's outputs in {out}")
+    elif a.overwrite_output_dir or (held and not trained and not same_run):
+        if trained:
+            accelerator.print(f"--overwrite_output_dir: removing the previous run's outputs in {out}")
         if accelerator.is_main_process:
             for name in ours:
                 path = out / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    elif held and not (a.resume_from_checkpoint == "latest" and previous is not None and _same_run(a, previous)):
-        what = f"the outputs of another run ({', '.join(held[:6])}{', ...' if len(held) > 6 else ''})"
+    elif trained and not (a.resume_from_checkpoint == "latest" and same_run):
+        listed = ", ".join(trained[:6]) + (", ..." if len(trained) > 6 else "")
         raise RecipeError(
-            f"--output_dir {out} already holds {what}; pass --overwrite_output_dir to replace them, "
-            f"--resume_from_checkpoint latest to continue that run, or another --output_dir"
-        )
+            f"--output_dir {out} already holds the outputs of another run ({listed}); pass --overwrite_output_dir "
+            f"to replace them, --resume_from_checkpoint latest to continue that run, or another --output_dir")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
@@ -305,10 +307,6 @@ def _read_json(path):
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-
-
-def _same_run(a, saved_flags) -> bool:
-    return not flag_differences(a, saved_flags)
 
 
 def flag_differences(a: RecipeArguments, saved_flags: dict) -> list[str]:
