@@ -102,7 +102,7 @@ def main(argv=None):
                  "--max_seq_length", str(max_len),
                  "--mem_len", str(args.mem_len), "--num_train_epochs", str(args.num_train_epochs),
                  "--learning_rate", str(args.learning_rate), "--per_device_train_batch_size", str(args.batch_size),
-                 "--seed", str(args.seed), "--output_dir", str(out_dir)]
+                 "--seed", str(args.seed), "--output_dir", str(out_dir), "--overwrite_output_dir"]
         start = time.perf_counter()
         scores = run_glue.main(flags)
         wall = time.perf_counter() - start

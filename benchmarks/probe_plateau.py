@@ -14,7 +14,6 @@ model uses context). Variants run one after the other in this process. `leak=1` 
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -24,10 +23,8 @@ import torch
 from xlnet_lite import XLNetLiteConfig, XLNetLiteLMHeadModel
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
 from xlnet_lite.data import PretrainingStream, embedded_news_texts
+from xlnet_lite.model_utils import init_lm_bias_at_unigram, unigram_log_probs  # the recipe's own start
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pretrain"))
-from run_pretraining import init_bias_at_unigram, unigram_log_probs  # noqa: E402  (the recipe's own start)
 
 BASE = dict(lr=3e-4, warmup=100, dropout=0.0, adam_epsilon=1e-8, max_span_length=5, leak=0)
 
@@ -53,8 +50,8 @@ def run_variant(name, settings, args, tokenizer, texts):
                              n_head=max(1, args.d_model // 64), d_inner=4 * args.d_model, mem_len=reuse,
                              reuse_len=reuse, dropout=settings["dropout"])
     model = XLNetLiteLMHeadModel(config).train()
-    log_prior = unigram_log_probs(stream, config.vocab_size)
-    init_bias_at_unigram(model, log_prior)
+    log_prior = unigram_log_probs(stream.token_counts(minlength=config.vocab_size), config.vocab_size)
+    init_lm_bias_at_unigram(model, log_prior)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], eps=settings["adam_epsilon"],
                                   weight_decay=0.01)
     warmup, horizon = settings["warmup"], max(args.steps, args.schedule_steps)
