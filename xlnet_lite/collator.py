@@ -12,12 +12,15 @@ with `<mask>` (the query stream never sees a target's own token anyway), only ab
 
 from __future__ import annotations
 
+import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tokenizers import decoders, pre_tokenizers
 
 from .tokenization_xlnet_lite import special_token_ids
 
@@ -25,16 +28,153 @@ XLNET_PAD_TOKEN_TYPE_ID = 3
 _PUNCTUATION = set('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
 
 
-def start_piece_table(tokenizer) -> torch.Tensor:
-    """Bool (V,): True where the piece starts a word ("▁...", "<...>" or a punctuation mark).
+@dataclass(frozen=True)
+class WordBoundaries:
+    """Word starts per vocabulary id (see `word_boundaries`).
 
-    XLNet's `_is_start_piece`: spans of targets begin at such pieces.
+    Attributes:
+        kind: how they were found ("metaspace", "wordpiece", "byte_level", "end_of_word_suffix",
+            "word_level", "given" or "unknown").
+        starts: (V,) bool, True where the token begins a word.
+        ends: (V,) bool or None, True where the token ends a word, so that the next one begins one.
+    """
+
+    kind: str
+    starts: torch.Tensor
+    ends: torch.Tensor | None = None
+
+    def flags(self, ids: torch.Tensor) -> torch.Tensor:
+        """(R, L) token ids in text order -> (R, L) bool, True where a word starts."""
+        ids = ids.clamp(0, len(self.starts) - 1)
+        flags = self.starts[ids]
+        if self.ends is not None:  # the first token has no predecessor: a start only if special
+            flags[:, 1:] |= self.ends[ids[:, :-1]]
+        return flags
+
+
+def word_boundaries(tokenizer) -> WordBoundaries:
+    """Where words start, per vocabulary id, read from the tokenizer itself.
+
+    Span targets begin at word starts (XLNet's `_is_start_piece`). How a piece marks one depends
+    on the tokenizer, so its kind is read from the `tokenizers` backend (model, normalizer,
+    pre-tokenizer, decoder):
+
+    - "metaspace" (SentencePiece: XLNet, T5, ALBERT, Llama 2): a piece that begins with the
+      marker "▁" starts a word, and so do "<...>" pieces and single punctuation marks. This is
+      XLNet's own rule, unchanged.
+    - "wordpiece" (BERT, or a BPE with a continuing-subword prefix): a piece without the
+      prefix ("##") starts a word.
+    - "byte_level" (GPT-2, RoBERTa, Llama 3): a piece whose first byte is whitespace ("Ġ",
+      "Ċ") starts a word, and so do single punctuation marks. The first word of a text has no
+      space before it and is not seen as a start; PretrainingStream encodes sentence by
+      sentence, so that is each sentence's first word.
+    - "end_of_word_suffix" (CLIP, OpenAI GPT: "</w>"): a piece that ends with the suffix ends a
+      word, so the next piece starts one; the first piece of a row (or part) is not a start.
+    - "word_level": every token is a word.
+
+    Special and added tokens always start a word. A tokenizer of none of these kinds whose
+    pieces still carry "▁" (a tenth of them or more) gets XLNet's rule. Any other (a custom
+    Python tokenizer; a BPE or Unigram model whose pieces carry no word marker) gets every token
+    as a word start, with a warning: spans then keep XLNet's length law but may begin inside a
+    word. Pass `word_starts` to the collator to set them yourself.
     """
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    return torch.tensor(
-        [p is None or p.startswith("▁") or p.startswith("<") or p in _PUNCTUATION for p in pieces],
-        dtype=torch.bool,
-    )
+    added = _added_token_ids(tokenizer)
+    always = torch.tensor([p is None or i in added for i, p in enumerate(pieces)], dtype=torch.bool)
+    kind, arg = _tokenizer_kind(tokenizer, pieces)
+    if kind == "metaspace":
+        starts = [p is not None and (p.startswith(arg) or p.startswith("<") or p in _PUNCTUATION) for p in pieces]
+    elif kind == "wordpiece":
+        starts = [p is not None and not p.startswith(arg) for p in pieces]
+    elif kind == "byte_level":
+        spaces = _byte_level_whitespace()
+        starts = [p is not None and (p[:1] in spaces or p in _PUNCTUATION) for p in pieces]
+    elif kind == "end_of_word_suffix":
+        ends = torch.tensor([p is not None and p.endswith(arg) for p in pieces]) | always
+        return WordBoundaries(kind, always.clone(), ends)
+    else:
+        if kind == "unknown":
+            warnings.warn(
+                f"DataCollatorForXLNetPretraining: cannot tell where words start from this tokenizer ({arg}); "
+                "every token counts as a word start, so span targets may begin inside words. Pass "
+                "word_starts=<bool per vocabulary id> to the collator to set them.",
+                UserWarning,
+                stacklevel=2,
+            )
+        starts = [True] * len(pieces)
+    return WordBoundaries(kind, torch.tensor(starts, dtype=torch.bool) | always)
+
+
+def _tokenizer_kind(tokenizer, pieces: list[str | None]) -> tuple[str, str | None]:
+    """(kind, its marker) of a transformers tokenizer; for "unknown", a description instead."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        if getattr(tokenizer, "sp_model", None) is not None:
+            return "metaspace", "▁"
+        return _kind_from_pieces(pieces, f"{type(tokenizer).__name__} without a tokenizers backend")
+    model = backend.model
+    model_type = type(model).__name__
+    steps = _pipeline_steps(backend)
+    if model_type == "WordLevel":
+        return "word_level", None
+    for step in steps:
+        if step.get("type") == "Metaspace":
+            return "metaspace", step["replacement"]
+        if step.get("type") == "Replace" and step.get("content") == " " and "String" in step.get("pattern", {}):
+            return "metaspace", step["pattern"]["String"]  # a decoder that turns the marker back into spaces
+    prefix = getattr(model, "continuing_subword_prefix", None)
+    if model_type == "WordPiece" or (model_type == "BPE" and prefix):
+        return "wordpiece", prefix or "##"
+    suffix = getattr(model, "end_of_word_suffix", None)
+    if model_type == "BPE" and suffix:  # before ByteLevel: CLIP splits off the spaces, then maps bytes
+        return "end_of_word_suffix", suffix
+    if any(step.get("type") == "ByteLevel" for step in steps):
+        return "byte_level", None
+    names = ", ".join(step["type"] for step in steps) or "none"
+    return _kind_from_pieces(pieces, f"{model_type} model; normalizer/pre-tokenizer/decoder steps: {names}")
+
+
+def _kind_from_pieces(pieces: list[str | None], description: str) -> tuple[str, str | None]:
+    """SentencePiece's "▁" convention when the pieces carry it (a tenth of them or more), else unknown."""
+    marked = sum(p is not None and p.startswith("▁") and len(p) > 1 for p in pieces)
+    return ("metaspace", "▁") if marked >= 0.1 * max(len(pieces), 1) else ("unknown", description)
+
+
+def _pipeline_steps(backend) -> list[dict]:
+    """The normalizer, pre-tokenizer and decoder steps of a `tokenizers.Tokenizer` as JSON dicts,
+    with Sequences flattened; a step that cannot be serialised (custom Python code) is left out."""
+    steps = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "type" in node:
+                steps.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for part in (backend.normalizer, backend.pre_tokenizer, backend.decoder):
+        if part is None:
+            continue
+        try:
+            walk(json.loads(part.__getstate__()))
+        except Exception:  # custom components cannot be serialised
+            continue
+    return steps
+
+
+def _byte_level_whitespace() -> set[str]:
+    """The characters of the byte-level alphabet that stand for whitespace bytes ("Ġ", "Ċ", ...)."""
+    decoder = decoders.ByteLevel()
+    return {c for c in pre_tokenizers.ByteLevel.alphabet() if decoder.decode([c]).isspace()}
+
+
+def _added_token_ids(tokenizer) -> set[int]:
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids |= set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    return {i for i in ids if isinstance(i, int) and i >= 0}
 
 
 def next_true_index(flags: torch.Tensor) -> torch.Tensor:
@@ -160,7 +300,8 @@ class DataCollatorForXLNetPretraining:
         on padding rows. P = ceil(T * plm_probability).
 
     Args:
-        tokenizer: gives `<sep>`, `<cls>`, `<pad>` ids and the word-start pieces.
+        tokenizer: gives `<sep>`, `<cls>`, `<pad>` ids and where words start (`word_boundaries`:
+            SentencePiece "▁", WordPiece "##", byte-level BPE "Ġ", BPE "</w>", WordLevel).
         plm_probability: fraction of tokens to predict, in (0, 1).
         max_span_length: longest span of targets (>= 1).
         reuse_len: length of the part reused as memory by the next step (None: no split).
@@ -168,6 +309,8 @@ class DataCollatorForXLNetPretraining:
             must be <= reuse_len.
         seed: seed of a private torch.Generator (None: torch's global RNG).
         return_tensors: only "pt".
+        word_starts: (V,) bool per vocabulary id, True where the token begins a word; overrides
+            what `word_boundaries` reads from the tokenizer (None: read it).
     """
 
     tokenizer: object
@@ -177,6 +320,7 @@ class DataCollatorForXLNetPretraining:
     perm_size: int | None = None
     seed: int | None = None
     return_tensors: str = "pt"
+    word_starts: torch.Tensor | Sequence[bool] | None = field(default=None, repr=False)
     generator: torch.Generator | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self):
@@ -201,9 +345,23 @@ class DataCollatorForXLNetPretraining:
         if ids["<sep>"] is None or ids["<cls>"] is None or ids["<pad>"] is None:
             raise ValueError("tokenizer must define <sep>, <cls> and <pad> tokens")
         self.sep_id, self.cls_id, self.pad_id = ids["<sep>"], ids["<cls>"], ids["<pad>"]
-        self.start_piece = start_piece_table(self.tokenizer)
+        self.boundaries = self._word_boundaries()
         if self.seed is not None:
             self.generator = torch.Generator().manual_seed(self.seed)
+
+    def _word_boundaries(self) -> WordBoundaries:
+        if self.word_starts is None:
+            return word_boundaries(self.tokenizer)
+        try:
+            starts = torch.as_tensor(self.word_starts)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(f"word_starts must be a 1-D bool sequence: {error}") from None
+        if starts.dim() != 1 or starts.dtype != torch.bool or len(starts) < len(self.tokenizer):
+            raise ValueError(
+                f"word_starts must be a 1-D bool sequence with one entry per vocabulary id ({len(self.tokenizer)}), "
+                f"got dtype {starts.dtype} and shape {tuple(starts.shape)}"
+            )
+        return WordBoundaries("given", starts.clone())
 
     # -- state for resumable training ------------------------------------------------------------
 
@@ -296,7 +454,7 @@ class DataCollatorForXLNetPretraining:
         real = torch.where(flip, real.flip(1), real)
         eligible = torch.where(flip, eligible.flip(1), eligible)
         goal = torch.minimum(goal, eligible.sum(1))
-        start_ok = self.start_piece[ids.clamp(0, len(self.start_piece) - 1)]
+        start_ok = self.boundaries.flags(ids)
         first = real.long().argmax(1)
         begins, ends = sample_spans(
             start_ok, eligible, goal, first, plm_probability=self.plm_probability,
