@@ -1,0 +1,214 @@
+"""What both recipes promise through the shared core (xlnet_lite.training), tested as a new user meets it: --help,
+the output folder guard, resume checks, warmup, file modes, the saved config, SIGTERM, NaN, push_to_hub."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from test_finetune import pretrained, run, run_glue, sentiment_rows, write_rows  # noqa: F401  (pretrained is a fixture)
+from test_hub import FakeHub
+from test_pretraining import REPO, corpus, run_pretraining, straight_run, tiny_args  # noqa: F401  (fixtures)
+
+import xlnet_lite
+from xlnet_lite.training import RecipeArguments, parse_args
+
+PRETRAIN = str(REPO / "pretrain" / "run_pretraining.py")
+FINETUNE = str(REPO / "finetune" / "run_glue.py")
+
+
+def cli(script, *args, env=None, cwd=None, timeout=300):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=timeout)
+
+
+def one_line_error(result, *fragments):
+    """The command stopped with exit status 2 and one `error:` line naming what is wrong, no traceback."""
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, result.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.mark.parametrize("script,cls", [(PRETRAIN, "PretrainingArguments"), (FINETUNE, "FinetuneArguments")])
+def test_help_shows_every_flag_with_its_default_and_choices(script, cls):
+    result = cli(script, "--help")
+    assert result.returncode == 0, result.stderr
+    module = run_pretraining if script == PRETRAIN else run_glue
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(getattr(module, cls))]
+    text = " ".join(result.stdout.split())
+    for name in names:
+        assert f"--{name}" in text, name
+    assert text.count("(default:") >= len(names)
+    assert "--mixed_precision {no,bf16,fp16}" in text and "--lr_scheduler_type {linear," in text
+    assert "[--push_to_hub [true|false]]" in text  # one bool convention: --flag, --flag true|false
+
+
+def test_config_file_and_overrides_for_finetuning(tmp_path):
+    config = tmp_path / "ft.json"
+    config.write_text(json.dumps({"learning_rate": 1e-4, "num_train_epochs": 7, "long_document_mode": "mems"}))
+    args = parse_args(run_glue.FinetuneArguments, ["--config", str(config), "--num_train_epochs", "2"])
+    assert (args.learning_rate, args.num_train_epochs, args.long_document_mode) == (1e-4, 2, "mems")
+    assert args.adam_epsilon == 1e-6 and args.output_dir == "outputs/finetune"  # the recipe's own defaults
+    assert parse_args(RecipeArguments, []).adam_epsilon == 1e-8
+
+
+def test_a_folder_holding_another_run_is_refused_then_overwritten_on_request(straight_run, corpus, tmp_path):
+    out, _ = straight_run
+    folder = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(out, folder)
+    before = (folder / "model.safetensors").read_bytes()
+    args = tiny_args(corpus, folder)
+    args[args.index("--model_size") + 1] = "small"
+    args[args.index("--max_steps") + 1] = "2"
+    args[args.index("--eval_steps") + 1] = "2"
+    args[args.index("--checkpointing_steps") + 1] = "2"
+    result = cli(PRETRAIN, *args)
+    one_line_error(result, "--output_dir", "--overwrite_output_dir", "--resume_from_checkpoint latest")
+    assert (folder / "model.safetensors").read_bytes() == before and (folder / "checkpoints" / "step_12").is_dir()
+
+    # resuming the tiny run as a `small` one: the difference is named before the corpus is tokenized
+    result = cli(PRETRAIN, *args, "--resume_from_checkpoint", "latest")
+    one_line_error(result, "cannot resume", "--model_size: 'tiny' in the checkpoint, 'small' now")
+    assert "Tokenizing" not in result.stderr + result.stdout
+
+    result = cli(PRETRAIN, *args, "--overwrite_output_dir")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["step_2"]  # the old run's are gone
+    assert json.loads((folder / "results.json").read_text())["steps"] == 2
+
+
+def test_warmup_longer_than_the_run_stops_with_a_message(corpus, tmp_path, pretrained):  # noqa: F811
+    args = tiny_args(corpus, tmp_path / "pre")
+    args[args.index("--max_steps") + 1] = "30"
+    one_line_error(cli(PRETRAIN, *args, "--num_warmup_steps", "100"), "--num_warmup_steps (100)", "30")
+    assert not (tmp_path / "pre").exists()
+
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))  # 12 rows, batch 4: 3 steps per epoch, 6 in all
+    with pytest.raises(ValueError, match=r"--num_warmup_steps \(10\) is longer than the run \(6 optimizer steps\)"):
+        run(tmp_path / "ft", pretrained, "--train_file", train, "--num_warmup_steps", "10")
+    results, _ = run(tmp_path / "ft2", pretrained, "--train_file", train, "--warmup_ratio", "0.5", epochs=1)
+    assert results["epochs"] == 1
+
+
+def test_saved_files_get_the_mode_of_a_plain_open_and_no_training_fields(straight_run):
+    out, _ = straight_run
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "results.json", "metrics.jsonl", "loss.png"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~umask, name
+    for file in (out / "checkpoints" / "step_12").iterdir():
+        assert stat.S_IMODE(file.stat().st_mode) == 0o666 & ~umask, file.name
+    config = json.loads((out / "config.json").read_text())
+    assert (config["reuse_len"], config["bi_data"], config["use_mems_train"]) == (None, False, False)
+    assert config["mem_len"] == 24  # the memory is used at inference
+    trainer_state = json.loads((out / "checkpoints" / "step_12" / "trainer_state.json").read_text())
+    assert trainer_state["flags"]["reuse_len"] == 16  # the run's own settings stay with its checkpoints
+
+
+def test_finetuning_sigterm_saves_a_checkpoint_and_resumes_to_the_end(tmp_path, pretrained):  # noqa: F811
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(4))
+    out = tmp_path / "out"
+    args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train,
+            "--output_dir", out, "--num_train_epochs", "40", "--per_device_train_batch_size", "2", "--logging_steps", "1",
+            "--max_seq_length", "16", "--checkpointing_steps", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, FINETUNE, *map(str, args)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
+    checkpoints = sorted((out / "checkpoints").glob("step_*"))
+    assert len(checkpoints) == 1 and not (out / "all_results.json").exists()
+    step = json.loads((checkpoints[0] / "trainer_state.json").read_text())["step"]
+    assert step >= 3
+    args[args.index("--num_train_epochs") + 1] = "40"
+    result = cli(FINETUNE, *args, "--resume_from_checkpoint", "latest", "--max_train_steps", str(step + 2), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if "loss" in r]
+    assert steps == list(range(1, step + 3))  # a complete history: nothing lost, nothing twice
+
+
+def test_finetuning_nonfinite_loss_stops_naming_the_step_or_skips(tmp_path, pretrained, monkeypatch):  # noqa: F811
+    original = xlnet_lite.XLNetLiteForSequenceClassification.forward
+    calls = {"train": 0}
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] == 2:
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(xlnet_lite.XLNetLiteForSequenceClassification, "forward", forward)
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    with pytest.raises(FloatingPointError, match="at step 2"):
+        run(tmp_path / "a", pretrained, "--train_file", train)
+    calls["train"] = 0
+    results, out = run(tmp_path / "b", pretrained, "--train_file", train, "--skip_nonfinite", "--logging_steps", "1")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-2]["skipped_steps"] == 1 and all(r["loss"] == r["loss"] for r in records if "loss" in r)
+
+
+def test_latest_without_a_checkpoint_starts_fresh_in_both_recipes(tmp_path, pretrained):  # noqa: F811
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--resume_from_checkpoint", "latest", epochs=1)
+    assert results["epochs"] == 1 and (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("recipe", ["pretraining", "finetuning"])
+def test_push_to_hub_sends_the_outputs_without_checkpoints(recipe, corpus, tmp_path, pretrained):  # noqa: F811
+    hub = FakeHub(tmp_path / "pushed")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE",)}
+    env.update(HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_fake_token", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")
+    if recipe == "pretraining":
+        args = tiny_args(corpus, tmp_path / "out")
+        args[args.index("--max_steps") + 1] = "2"
+        args[args.index("--eval_steps") + 1] = "2"
+        args[args.index("--checkpointing_steps") + 1] = "1"
+        script, expected = PRETRAIN, {"results.json", "loss.png", "metrics.jsonl"}
+    else:
+        train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+        args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train, "--output_dir",
+                tmp_path / "out", "--num_train_epochs", "1", "--max_seq_length", "16"]
+        script, expected = FINETUNE, {"all_results.json", "training_curves.png", "metrics.jsonl"}
+    result = subprocess.run([sys.executable, script, *map(str, args), "--push_to_hub", "--hub_model_id", "someone/tiny"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    hub.server.shutdown()
+    assert result.returncode == 0, result.stderr[-3000:]
+    pushed = {p.relative_to(tmp_path / "pushed").as_posix() for p in (tmp_path / "pushed").rglob("*") if p.is_file()}
+    assert hub.commits == 1
+    assert expected | {"config.json", "model.safetensors", "modeling_xlnet_lite.py", "tokenizer.json"} <= pushed
+    assert not any(p.startswith(("checkpoints", ".")) or p == "run_args.json" for p in pushed), sorted(pushed)
+    assert (tmp_path / "out" / "checkpoints").is_dir()
+
+
+def test_one_parameter_group_rule_for_both_recipes():
+    """No weight decay on biases (r_w/r_r/r_s_bias too) and LayerNorm, decay on every other weight, in both recipes."""
+    from xlnet_lite.training import parameter_groups
+
+    config = xlnet_lite.XLNetLiteConfig(vocab_size=50, d_model=16, n_layer=2, n_head=2, d_inner=32)
+    for model in (xlnet_lite.XLNetLiteLMHeadModel(config), xlnet_lite.XLNetLiteForSequenceClassification(config)):
+        groups = parameter_groups(model, learning_rate=1.0, weight_decay=0.1)
+        decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+        for name, param in model.named_parameters():
+            no_decay = "bias" in name or "layer_norm" in name
+            assert decay[id(param)] == (0.0 if no_decay else 0.1), name
+    assert torch.is_tensor(next(model.parameters()))
