@@ -138,6 +138,8 @@ class AttentionInputs:
     seg_classes: int  # number of segment ids (max id + 1)
     query_pos: torch.Tensor | None  # (B, P) long, position of each predicted token
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
+    fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
+    no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
 
 
 def blocked_positions(*, perm_mask, pad_mask, attn_type, same_length, qlen, mlen, device, mem_pad=None):
@@ -214,9 +216,10 @@ def rel_shift(x, *, qlen, klen, query_pos=None):
     holds distance (mlen + pos_i) - j. Positions beyond R only occur at keys a "uni" model masks.
     """
     B, N, Q, R = x.shape
-    if query_pos is None:  # content stream: a strided view, no copy
-        x = x.contiguous()
-        return torch.as_strided(x, (B, N, Q, klen), (N * Q * R, Q * R, R - 1, 1), x.storage_offset() + qlen)
+    if query_pos is None:  # content stream: a strided view, no copy (rows of R contiguous scores, any B/N layout)
+        if x.stride(3) != 1 or x.stride(2) != R:
+            x = x.contiguous()
+        return torch.as_strided(x, (B, N, Q, klen), (x.stride(0), x.stride(1), R - 1, 1), x.storage_offset() + qlen)
     index = (qlen - query_pos)[:, None, :, None] + torch.arange(klen, device=x.device)  # (B, 1, P, K)
     index = index.clamp_(max=R - 1).expand(B, N, -1, -1)  # (B, N, P, K)
     return x.gather(3, index)
@@ -330,7 +333,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         k, v, kr = keys
         u, v_bias, b = biases
         q = q.transpose(1, 2)  # (B, N, Q, D)
-        pos = ((q + v_bias[:, None]) * self.scale) @ kr  # (B, N, Q, R)
+        pos = positional_scores((q + v_bias[:, None]) * self.scale, kr)  # (B, N, Q, R)
         pos = rel_shift(pos, qlen=qlen, klen=k.shape[2], query_pos=query_pos)  # (B, N, Q, K)
         q_aug = q + u[:, None]
         if seg_q is not None:
@@ -363,6 +366,8 @@ class XLNetLiteRelativeAttention(nn.Module):
         for the last layer of a model whose output is the query stream."""
         keys = self.keys(h, mem, ai, cache=cache)
         core = dict(biases=biases, seg_classes=ai.seg_classes, qlen=h.shape[1], eager=eager)
+        if ai.fused_query and content:
+            return self.fused_streams(h, g, keys, ai, core)
         out_h, prob_h = h, None
         if content:
             vec_h, prob_h = self.attend(
@@ -379,6 +384,29 @@ class XLNetLiteRelativeAttention(nn.Module):
         if ai.query_valid is not None:  # all-zero target_mapping rows get no attention output
             vec_g = vec_g * ai.query_valid
         return out_h, self.post_attention(g, vec_g), (prob_h, prob_g)
+
+    def fused_streams(self, h, g, keys, ai, core):
+        """predict_next: the query row sits at position T, right after the T content rows, so both streams run as
+        one attention over T + 1 rows in the content stream's relative layout, their masks stacked."""
+        T = h.shape[1]
+        hg = torch.cat([h, g], dim=1)  # (B, T + 1, H)
+        vec, prob = self.attend(
+            self.project(hg, self.q), keys, seg_q=None, blocked=ai.blocked_h, no_key=ai.no_key_fused, query_pos=None,
+            **core,
+        )
+        out = self.post_attention(hg, vec)  # (B, T + 1, H)
+        probs = (None, None) if prob is None else (prob[:, :, :T], prob[:, :, T:])
+        return out[:, :T], out[:, T:], probs
+
+
+def positional_scores(q, kr):
+    """q (B, N, Q, D) @ kr (B or 1, N, D, R) -> (B, N, Q, R). A kr shared by the batch is not copied B times (as a
+    broadcast matmul would): the batch folds into the rows of one (N, B * Q, D) @ (N, D, R) product."""
+    if kr.shape[0] != 1 or q.shape[0] == 1:
+        return q @ kr
+    B, N, Q, D = q.shape
+    out = q.transpose(0, 1).reshape(N, B * Q, D) @ kr[0]  # (N, B * Q, R)
+    return out.view(N, B, Q, -1).transpose(0, 1)  # (B, N, Q, R), rows contiguous
 
 
 class XLNetLiteFeedForward(nn.Module):
@@ -403,7 +431,12 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
 
     def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True):
         h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, eager=eager, cache=cache, content=content)
-        return (self.ff(h) if content else h), (None if g is None else self.ff(g)), probs
+        if g is None:
+            return self.ff(h), None, probs
+        if not content:
+            return h, self.ff(g), probs
+        both = self.ff(torch.cat([h, g], dim=1))  # (B, T + P, H): the position-wise FF reads its weights once
+        return both[:, :h.shape[1]], both[:, h.shape[1]:], probs
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -417,16 +450,16 @@ class XLNetLiteCache:
     h @ W_k and h @ W_v. The cache therefore stores those projections, each computed once when its position is
     fed, in (B, N, capacity, D) buffers; the memory is positions [start, end) of them. It also records which
     memory positions are padding (a left-padded prompt), and per layer the projected positional keys of every
-    relative distance needed so far. A forward appends all of its T positions; then only the last `mem_len`
-    (config.mem_len; None or 0 keeps all) are kept, as transformers' XLNet cuts its `mems` (reuse_len, a
-    pretraining notion, does not apply). `crop(-n)` forgets the n most recent positions.
+    relative distance needed so far. A forward appends all of its T positions; then only the last `mem_len` are
+    kept (None keeps all; reuse_len, a pretraining notion, does not apply). `crop(-n)` forgets the n most recent
+    positions.
     """
 
     is_compileable = False
     is_croppable = True
 
-    def __init__(self, config):
-        self.mem_len = config.mem_len or 0
+    def __init__(self, config, *, mem_len=None):
+        self.mem_len = mem_len  # None: keep every position
         self.n_head, self.d_head = config.n_head, config.d_head
         self.keys = [None] * config.n_layer  # (B, N, capacity, D) per layer
         self.values = [None] * config.n_layer
@@ -494,7 +527,7 @@ class XLNetLiteCache:
         """The forward's qlen positions join the memory; keep the last mem_len."""
         self.end += qlen
         self.seen_tokens += qlen
-        if self.mem_len:
+        if self.mem_len is not None:
             self.start = max(self.start, self.end - self.mem_len)
 
     def has_positions(self, *, qlen, klen):
@@ -645,24 +678,34 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         return (new[:, -mem_len:] if mem_len else new).detach()
 
     def attention_inputs(self, *, perm_mask, pad_mask, token_type_ids, target_mapping, qlen, mlen, device,
-                         mem_pad=None, cache=None):
+                         predict_next=False, mem_pad=None, cache=None):
         cfg = self.config
+        if predict_next:  # the masks of a dummy token at position T (row and key T), as transformers' XLNet appends one
+            pad_mask = None if pad_mask is None else F.pad(pad_mask, (0, 1), value=False)  # (B, T + 1)
         blocked = blocked_positions(
             perm_mask=perm_mask, pad_mask=pad_mask, attn_type=cfg.attn_type, same_length=cfg.same_length,
-            qlen=qlen, mlen=mlen, device=device, mem_pad=mem_pad,
-        )  # (B or 1, T, K)
+            qlen=qlen + predict_next, mlen=mlen, device=device, mem_pad=mem_pad,
+        )  # (B or 1, T, K), or (B or 1, T + 1, K + 1) with predict_next
         seg_keys = None if token_type_ids is None else F.pad(token_type_ids.long(), (mlen, 0), value=0)  # (B, K)
-        query_pos = query_valid = blocked_g = no_key_g = None
-        if target_mapping is not None:
+        query_pos = query_valid = blocked_g = None
+        if predict_next:  # the dummy's row is the query row; nobody sees the dummy, so its key (and content) goes
+            query_pos = torch.full((1, 1), qlen, device=device)  # (1, 1), the same for every row of the batch
+            blocked = content_stream_mask(blocked, qlen=qlen + 1, mlen=mlen)
+            if blocked is not None:
+                blocked = blocked[:, :, :-1]  # (B or 1, T + 1, K): the T content rows, then the query row
+                blocked_g = blocked[:, None, qlen:]  # (B or 1, 1, 1, K)
+        elif target_mapping is not None:
             valid = (target_mapping != 0).any(-1)  # (B, P)
             query_pos = (target_mapping != 0).to(torch.uint8).argmax(-1)  # (B, P) position of the one-hot entry
             query_valid = None if bool(valid.all()) else valid[:, :, None]
             if blocked is not None:
                 blocked_g = gather_rows(blocked, query_pos)[:, None]  # (B, 1, P, K)
-                no_key_g = blocked_g.all(-1, keepdim=True)  # (B, 1, P, 1)
-                no_key_g = no_key_g if bool(no_key_g.any()) else None
-                blocked_g = blocked_g if bool(blocked_g.any()) else None
-        blocked_h = content_stream_mask(blocked, qlen=qlen, mlen=mlen)
+        no_key_g = None
+        if blocked_g is not None:
+            no_key_g = blocked_g.all(-1, keepdim=True)  # (B, 1, P, 1)
+            no_key_g = no_key_g if bool(no_key_g.any()) else None
+            blocked_g = blocked_g if bool(blocked_g.any()) else None
+        blocked_h = blocked if predict_next else content_stream_mask(blocked, qlen=qlen, mlen=mlen)
         pos_emb = None
         if cache is None:
             pos_emb = self.dropout(relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device).to(self.dtype))
@@ -674,6 +717,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             blocked_h=None if blocked_h is None or not bool(blocked_h.any()) else blocked_h[:, None],
             blocked_g=blocked_g,
             no_key_g=no_key_g,
+            fused_query=predict_next,
+            no_key_fused=None if no_key_g is None or not predict_next else F.pad(no_key_g, (0, 0, qlen, 0), value=False),
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
@@ -696,7 +741,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if past_key_values is None and not use_cache:
             return None
         if past_key_values is None:
-            past_key_values = XLNetLiteCache(self.config)
+            past_key_values = XLNetLiteCache(self.config, mem_len=self.config.mem_len or None)
         if not isinstance(past_key_values, XLNetLiteCache):
             raise ValueError(
                 f"past_key_values must be an XLNetLiteCache (generate() makes one), got {type(past_key_values).__name__}"
@@ -721,9 +766,17 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
+        predict_next=False,
         past_key_values=None,
         use_cache=None,
     ):
+        """transformers' XLNetModel inputs, plus:
+        predict_next: one query-stream row at position T, after the last token, that sees every position (and the
+            memory): XLNet's next-token prediction. transformers' XLNet gets it by appending a dummy token that
+            perm_mask hides from every position and target_mapping reads; this is the same computation without the
+            dummy's content stream, which nothing sees. The output is then (B, 1, H).
+        past_key_values / use_cache: the generation cache (XLNetLiteCache) instead of mems; see generate().
+        """
         cfg = self.config
         output_attentions = output_attentions if output_attentions is not None else cfg.output_attentions
         output_hidden_states = output_hidden_states if output_hidden_states is not None else cfg.output_hidden_states
@@ -733,6 +786,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if mems is not None and all(m is None for m in mems):
             mems = None
         cache = self.generation_cache(past_key_values, use_cache, mems=mems, token_type_ids=token_type_ids)
+        if predict_next and not (perm_mask is None and target_mapping is None and token_type_ids is None):
+            raise ValueError("predict_next=True places the query stream itself: pass no perm_mask, target_mapping "
+                             "or token_type_ids with it")
         B, T = check_inputs(
             cfg, input_ids=input_ids, inputs_embeds=inputs_embeds, perm_mask=perm_mask, target_mapping=target_mapping,
             mems=mems, attention_mask=attention_mask, input_mask=input_mask, token_type_ids=token_type_ids,
@@ -747,13 +803,14 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         pad_mask = _padding_or_none(pad_mask)
         ai = self.attention_inputs(
             perm_mask=perm_mask, pad_mask=pad_mask, token_type_ids=token_type_ids, target_mapping=target_mapping,
-            qlen=T, mlen=mlen, device=h.device, cache=cache,
+            qlen=T, mlen=mlen, device=h.device, predict_next=predict_next, cache=cache,
             mem_pad=None if cache is None else cache.begin(pad_mask, qlen=T, like=h),
         )
         h = self.dropout(h)
         g = None
-        if target_mapping is not None:
-            g = self.dropout(self.mask_emb.expand(B, target_mapping.shape[1], -1))  # (B, P, H)
+        if target_mapping is not None or predict_next:
+            P = 1 if predict_next else target_mapping.shape[1]
+            g = self.dropout(self.mask_emb.expand(B, P, -1))  # (B, P, H)
         output, new_mems, hidden_states, attentions = self.run_layers(
             h, g, mems, ai, cache=cache, use_mems=use_mems, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
@@ -823,14 +880,16 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, past_key_values=None, attention_mask=None, use_cache=None,
                                       use_mems=None, inputs_embeds=None, token_type_ids=None, **kwargs):
-        """One step of XLNet's next-token prediction (transformers' XLNetLMHeadModel scheme).
+        """One step of XLNet's next-token prediction, as transformers' XLNetLMHeadModel does it.
 
-        A dummy token is appended; perm_mask hides it from every position (its own query stream included) and
-        target_mapping reads it through the query stream, whose output gives the next token's logits. With the
-        cache (the default) the memory holds the content stream of the earlier positions and each step feeds only
-        the last two tokens and the dummy: the cache first forgets its two most recent positions (the previous
-        step's second token and dummy), as transformers' XLNet drops mems[-2:]. use_cache=False (or
-        use_mems=False) feeds the whole sequence every step instead.
+        transformers appends a dummy token that perm_mask hides from every position and reads it with target_mapping
+        through the query stream; here `predict_next=True` runs that query row at position T without the dummy (the
+        same numbers: nothing sees the dummy). With the cache (the default) the memory holds the content stream of
+        the earlier positions and each step feeds the last two tokens: the newest one, and the one before it, whose
+        state is computed once more with its successor in view before it joins the memory. transformers' XLNet does
+        the same (it feeds the last two tokens and the dummy, and drops the last two of its returned mems); this cache
+        first forgets its newest position, and keeps mem_len - 1 positions where transformers' mems keep mem_len
+        including the dummy. use_cache=False (or use_mems=False) feeds the whole sequence at every step.
         """
         if inputs_embeds is not None or token_type_ids is not None:
             raise ValueError("XLNetLiteLMHeadModel.generate() takes input_ids and attention_mask only "
@@ -841,52 +900,41 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
         if not cached:
             past_key_values = None
         elif past_key_values is not None and past_key_values.seen_tokens:
-            past_key_values.crop(-2)
+            past_key_values.crop(-1)
             input_ids = input_ids[:, -2:]
             attention_mask = None if attention_mask is None else attention_mask[:, -2:]
-        else:
-            past_key_values = past_key_values if past_key_values is not None else XLNetLiteCache(self.config)
-        return dict(**dummy_token_inputs(input_ids, attention_mask), past_key_values=past_key_values,
-                    use_cache=cached, use_mems=False, **kwargs)
+        elif past_key_values is None:
+            mem_len = self.config.mem_len
+            past_key_values = XLNetLiteCache(self.config, mem_len=mem_len - 1 if mem_len else None)
+        return dict(input_ids=input_ids, attention_mask=attention_mask, predict_next=True,
+                    past_key_values=past_key_values, use_cache=cached, use_mems=False, **kwargs)
 
     def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
                 token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
                 output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0,
-                past_key_values=None, use_cache=None, cache_position=None, num_items_in_batch=None):
-        """transformers' XLNetLMHeadModel inputs, plus the generation cache (past_key_values / use_cache; generate()
-        also passes cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch."""
+                predict_next=False, past_key_values=None, use_cache=None, cache_position=None,
+                num_items_in_batch=None):
+        """transformers' XLNetLMHeadModel inputs, plus predict_next (logits (B, 1, V) for the token after the last
+        one; see XLNetLiteModel), the generation cache (past_key_values / use_cache; generate() may also pass
+        cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
             input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
             token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
-            past_key_values=past_key_values, use_cache=use_cache,
+            predict_next=predict_next, past_key_values=past_key_values, use_cache=use_cache,
         )
-        logits = self.lm_loss(keep_rows(out.last_hidden_state, logits_to_keep))  # (B, P or T, V)
+        logits = self.lm_loss(keep_rows(out.last_hidden_state, logits_to_keep))  # (B, P or T or 1, V)
         loss = None
         if labels is not None:
-            check_lm_labels(labels, tuple(logits.shape[:2]), self.config.vocab_size, target_mapping is not None)
+            dims = "(B, 1)" if predict_next else "(B, P)" if target_mapping is not None else "(B, T)"
+            check_class_labels(labels, tuple(logits.shape[:2]), dims, "token ids", "vocab_size", self.config.vocab_size)
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteLMHeadModelOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions,
             past_key_values=out.past_key_values,
         )
         return result if return_dict else result.to_tuple()
-
-
-def dummy_token_inputs(input_ids, attention_mask):
-    """input_ids (B, T) -> the model inputs that predict token T: a dummy token 0 appended at position T, hidden
-    from every query by perm_mask (B, T + 1, T + 1) and read by a one-row target_mapping (B, 1, T + 1)."""
-    B = input_ids.shape[0]
-    input_ids = torch.cat([input_ids, input_ids.new_zeros(B, 1)], dim=1)  # (B, T + 1)
-    T = input_ids.shape[1]
-    perm_mask = torch.zeros(B, T, T, device=input_ids.device)
-    perm_mask[:, :, -1] = 1.0
-    target_mapping = torch.zeros(B, 1, T, device=input_ids.device)
-    target_mapping[:, 0, -1] = 1.0
-    if attention_mask is not None:
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(B, 1)], dim=1)  # (B, T + 1)
-    return dict(input_ids=input_ids, perm_mask=perm_mask, target_mapping=target_mapping, attention_mask=attention_mask)
 
 
 def keep_rows(hidden, logits_to_keep):
@@ -909,10 +957,6 @@ def per_item_sum(total, num_items_in_batch):
     if torch.is_tensor(num_items_in_batch):
         num_items_in_batch = num_items_in_batch.to(total.device)
     return total / num_items_in_batch
-
-
-def check_lm_labels(labels, shape, vocab_size, partial):
-    check_class_labels(labels, shape, f"(B, {'P' if partial else 'T'})", "token ids", "vocab_size", vocab_size)
 
 
 def check_class_labels(labels, shape, dims, what, bound_name, bound):
