@@ -56,6 +56,7 @@ from xlnet_lite.training import (
     atomic_write_text,
     check_common_args,
     check_resume_model,
+    crash_point,
     exit_on_recipe_error,
     make_accelerator,
     make_optimizer_and_scheduler,
@@ -248,6 +249,7 @@ def main(argv=None):
         check_split(split, text_columns(split), needs_label=name != "test")
     labels = read_labels(splits["train"])
     model, tokenizer = load_model_and_tokenizer(a, labels, splits["train"].source)
+    crash_point("model_built")
     if resume is not None:
         check_resume_model(resume, model_fields(model), num_processes=accelerator.num_processes)
     common = dict(max_len=a.max_seq_length, mode=a.long_document_mode)
@@ -271,14 +273,14 @@ def main(argv=None):
                  if name in loaders and "labels" in other_sets[name].column_names}
     start_tracking(accelerator, a, "run_glue")
     loop = TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
-    state = {"step": 0, "epoch": 0, "loss_sum": 0.0, "loss_count": 0, "history": [], "best": None}
+    state, records = {"step": 0, "epoch": 0, "loss_sum": 0.0, "loss_count": 0, "history": [], "best": None}, 0
     if resume is not None:
         trainer_state, _, _ = checkpoints.load(resume, device=accelerator.device)
-        state = trainer_state["recipe"]
+        state, records = trainer_state["recipe"], trainer_state["metrics_records"]
         loop.load_state_dict(trainer_state["loop"])
         accelerator.print(f"resumed from {resume} at step {state['step']}")
     metrics = MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
-    metrics.start(state["step"])
+    metrics.start(records)
     accelerator.print(f"{len(train_set)} training examples, {steps_per_epoch} steps/epoch, {max_steps} steps, "
                       f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}")
     context = dict(a=a, accelerator=accelerator, model=model, tokenizer=tokenizer, labels=labels, metrics=metrics,
@@ -313,8 +315,11 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
         for epoch in range(state["epoch"], math.ceil(max_steps / steps_per_epoch) if max_steps else 0):
             model.train()
             sampler.set_epoch(epoch)
-            done = (state["step"] - epoch * steps_per_epoch) * G
-            batches = iter(accelerator.skip_first_batches(train_loader, done) if done > 0 else train_loader)
+            done = (state["step"] - epoch * steps_per_epoch) * G  # batches of this epoch trained before a resume
+            loader = accelerator.skip_first_batches(train_loader, done) if done > 0 else train_loader
+            if hasattr(loader, "set_epoch"):  # a prepared loader re-sets its sampler's epoch from its own count
+                loader.set_epoch(epoch)
+            batches = iter(loader)
             for first in batches:
                 state["step"] += 1
                 loss = loop.step(micro_batches(batches, first), step=state["step"])
@@ -366,7 +371,8 @@ def end_epoch(c, state, epoch):
 def save_checkpoint(c, state):
     a, accelerator, loop = c["a"], c["accelerator"], c["loop"]
     trainer_state = {"flags": run_flags(a), "model": model_fields(accelerator.unwrap_model(c["model"])),
-                     "num_processes": accelerator.num_processes, "loop": loop.state_dict(), "recipe": state}
+                     "num_processes": accelerator.num_processes, "loop": loop.state_dict(), "recipe": state,
+                     "metrics_records": c["metrics"].count}
     c["checkpoints"].save(state["step"], trainer_state=trainer_state, rank_state={})
 
 

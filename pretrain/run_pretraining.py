@@ -46,6 +46,7 @@ from xlnet_lite.training import (
     TrainLoop,
     check_common_args,
     check_resume_model,
+    crash_point,
     exit_on_recipe_error,
     make_accelerator,
     make_optimizer_and_scheduler,
@@ -195,7 +196,9 @@ def get_tokenizer(a, train_docs, accelerator):
         texts = train_docs[:limit] if isinstance(train_docs, list) else [r[a.text_column] for r in train_docs.take(limit)]
         tmp = Path(a.output_dir, ".tokenizer.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        train_tokenizer(texts, vocab_size=a.vocab_size).save_pretrained(tmp)
+        tokenizer = train_tokenizer(texts, vocab_size=a.vocab_size)
+        crash_point("tokenizer_trained")
+        tokenizer.save_pretrained(tmp)
         replace_folder(tmp, path)
     accelerator.wait_for_everyone()
     return load_tokenizer(path)
@@ -267,6 +270,7 @@ def main(argv=None):
     train_docs, valid_docs = load_corpus(a)
     tokenizer = get_tokenizer(a, train_docs, accelerator)
     model = build_model(a, tokenizer)
+    crash_point("model_built")
     if resume is not None:  # before tokenizing the corpus
         check_resume_model(resume, model_fields(model), num_processes=accelerator.num_processes)
     accelerator.print(f"model: {model.num_parameters() / 1e6:.2f}M parameters, {model.config.n_layer} layers, "
@@ -282,16 +286,17 @@ def main(argv=None):
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     start_tracking(accelerator, a, "xlnet_lite_pretraining")
     loop = TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
-    step, mems = 0, None
+    step, mems, records = 0, None, 0
     if resume is not None:
         trainer_state, rank_state, tensors = checkpoints.load(resume, device=accelerator.device)
         step, mems = trainer_state["step"], [tensors[f"mems.{i}"] for i in range(len(tensors))] or None
         stream.load_state_dict(rank_state["stream"])
         collator.load_state_dict(rank_state["collator"])
         loop.load_state_dict(trainer_state["loop"])
+        records = trainer_state["metrics_records"]
         accelerator.print(f"resumed from {resume} at step {step}")
     metrics = MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
-    metrics.start(step)
+    metrics.start(records)
     finished = train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoints, metrics, step=step, mems=mems)
     if not finished:
         accelerator.end_training()
@@ -329,7 +334,7 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
             progress.update(1)
             stopping = stop.requested()
             if stopping or (a.checkpointing_steps and step % a.checkpointing_steps == 0):
-                save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, carried["mems"], step)
+                save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, carried["mems"], step, metrics.count)
             if stopping:
                 accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step {step}, exiting")
                 return False
@@ -339,9 +344,10 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
     return True
 
 
-def save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, mems, step):
+def save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, mems, step, metrics_records):
     trainer_state = {"flags": run_flags(a), "model": model_fields(accelerator.unwrap_model(loop.model)),
-                     "num_processes": accelerator.num_processes, "loop": loop.state_dict()}
+                     "num_processes": accelerator.num_processes, "loop": loop.state_dict(),
+                     "metrics_records": metrics_records}
     rank_state = {"stream": stream.state_dict(), "collator": collator.state_dict()}
     tensors = {f"mems.{i}": m for i, m in enumerate(mems or [])}
     checkpoints.save(step, trainer_state=trainer_state, rank_state=rank_state, rank_tensors=tensors)

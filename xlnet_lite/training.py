@@ -179,6 +179,21 @@ def run_flags(a: RecipeArguments) -> dict:
 # Files: atomic writes with the mode a plain open() gives
 
 
+CRASH_ENV = "XLNET_LITE_CRASH_AT"
+_crash_counts: dict[str, int] = {}
+
+
+def crash_point(name: str):
+    """A named moment of a run where the kill tests stop it. With XLNET_LITE_CRASH_AT=name or name@n in the
+    environment the process SIGKILLs itself the n-th time (default: the first) it passes `name`; otherwise nothing."""
+    spec = os.environ.get(CRASH_ENV)
+    if not spec or spec.partition("@")[0] != name:
+        return
+    _crash_counts[name] = _crash_counts.get(name, 0) + 1
+    if _crash_counts[name] == int(spec.partition("@")[2] or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def default_file_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
@@ -201,6 +216,7 @@ def atomic_write_text(path, text: str):
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+    crash_point(f"write:{path.name}")
     os.replace(tmp, path)
     fsync_path(path.parent)
 
@@ -218,6 +234,7 @@ def replace_folder(tmp: Path, final: Path):
             os.chmod(file, mode)
             fsync_path(file)
     fsync_path(tmp)
+    crash_point(f"replace:{final.name}")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -236,6 +253,7 @@ def publish_folder(tmp: Path, directory: Path):
         os.chmod(file, mode)
         fsync_path(file)
         os.replace(file, target)
+        crash_point("publish")
     fsync_path(directory)
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -385,6 +403,7 @@ class Checkpoints:
             tmp.mkdir(parents=True)
         acc.wait_for_everyone()
         acc.save_state(str(tmp))
+        crash_point("checkpoint_state")
         rank = acc.process_index
         (tmp / f"rank{rank}_state.json").write_text(json.dumps(rank_state))
         if rank_tensors:
@@ -392,6 +411,7 @@ class Checkpoints:
         acc.wait_for_everyone()
         if acc.is_main_process:
             (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+            crash_point("checkpoint")
             replace_folder(tmp, final)
             for old in self.complete()[: -self.limit]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -419,21 +439,27 @@ class MetricsLog:
 
     def __init__(self, accelerator, output_dir, *, with_tracking):
         self.accelerator, self.path, self.with_tracking = accelerator, Path(output_dir, "metrics.jsonl"), with_tracking
+        self.count = 0  # records in the log: saved with each checkpoint
 
-    def start(self, step: int):
-        """A fresh run (step 0) starts an empty log; a resumed one drops what the interrupted run wrote after its
-        checkpoint. The rewrite is atomic, so a kill during it loses nothing."""
+    def start(self, records: int):
+        """A fresh run (0) starts an empty log; a resumed one keeps the first `records` records, the ones written
+        before its checkpoint (`self.count` when it was saved), and drops what the interrupted run wrote after it.
+        The rewrite is atomic, so a kill during it loses nothing."""
+        kept = self.records()[:records]
+        self.count = len(kept)
         if self.accelerator.is_main_process:
-            kept = [r for r in self.records() if r["step"] <= step] if step else []
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def log(self, record: dict):
+        self.count += 1
         if self.with_tracking:
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
         if self.accelerator.is_main_process:
             with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps(record))
                 f.flush()
+                crash_point("metrics_append")  # a kill here leaves a line without its end: records() skips it
+                f.write("\n")
 
     def records(self) -> list[dict]:
         """Every complete record (a line cut short by a kill is skipped)."""
@@ -599,6 +625,7 @@ class TrainLoop:
                 if acc.sync_gradients:
                     self.optimizer.zero_grad(set_to_none=True)
         self.elapsed += time.perf_counter() - start
+        crash_point("step")
         if skip:
             self.skipped += 1
             return None
