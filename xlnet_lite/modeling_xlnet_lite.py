@@ -406,7 +406,7 @@ def positional_scores(q, kr):
         return q @ kr
     B, N, Q, D = q.shape
     out = q.transpose(0, 1).reshape(N, B * Q, D) @ kr[0]  # (N, B * Q, R)
-    return out.view(N, B, Q, -1).transpose(0, 1)  # (B, N, Q, R), rows contiguous
+    return out.view(N, B, Q, kr.shape[-1]).transpose(0, 1)  # (B, N, Q, R), rows contiguous
 
 
 class XLNetLiteFeedForward(nn.Module):
