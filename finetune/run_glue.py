@@ -168,6 +168,7 @@ def load_model_and_tokenizer(a, labels: Labels, train_source):
         raise RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
     if a.mem_len is not None:
         model.config.mem_len = a.mem_len
+    model.transformer.mask_emb.requires_grad_(False)  # classification never runs the query stream (and DDP needs every trained parameter used)
     return model, tokenizer
 
 

@@ -101,3 +101,32 @@ def test_finetuning_killed_at_every_moment_ends_as_the_uninterrupted_run(tmp_pat
     results = [{k: v for k, v in json.loads((o / "all_results.json").read_text()).items() if "runtime" not in k}
                for o in (killed, straight)]
     assert results[0] == results[1]
+
+
+def test_same_command_same_numbers_with_the_tokenizer_trained_in_the_run(corpus, tmp_path):  # noqa: F811
+    """Pretraining twice with the same command: byte-identical tokenizer and model, identical losses."""
+    outputs = []
+    for name in ("a", "b"):
+        result = launch(PRETRAIN, pretraining_args(corpus, tmp_path / name)[:-1] + [tmp_path / name] + ["--max_steps", "4"])
+        assert result.returncode == 0, result.stderr[-3000:]
+        out = tmp_path / name
+        outputs.append((history(out), (out / "model.safetensors").read_bytes(), (out / "tokenizer.json").read_bytes()))
+    assert outputs[0] == outputs[1]
+
+
+def test_finetuning_with_two_processes_twice_gives_the_same_numbers(tmp_path, pretrained):  # noqa: F811
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(2))
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", FINETUNE,
+               "--model_name_or_path", str(pretrained), "--train_file", train, "--validation_file", train, "--test_file",
+               train, "--output_dir", str(out), "--num_train_epochs", "2", "--per_device_train_batch_size", "2",
+               "--learning_rate", "1e-3", "--max_seq_length", "16", "--logging_steps", "1"]
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:]
+        results = {k: v for k, v in json.loads((out / "all_results.json").read_text()).items() if "runtime" not in k}
+        runs.append((history(out), results, (out / "predict_results.tsv").read_text(), (out / "model.safetensors").read_bytes()))
+    assert runs[0] == runs[1]
+    assert len(runs[0][2].splitlines()) == 1 + 24  # every test row predicted once, in order, across both ranks

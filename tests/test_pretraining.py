@@ -142,9 +142,12 @@ def test_output_loads_in_a_fresh_environment(straight_run, tmp_path):
 
 
 def test_two_processes_with_torchrun(corpus, tmp_path):
-    """Two real processes (gloo, accelerate's MULTI_CPU): each rank its own rows, DDP gradients, one saved model."""
+    """Two real processes (gloo, accelerate's MULTI_CPU): each rank its own rows, DDP gradients, one saved model; the
+    tokenizer trained in the run (main process) and the same command twice give byte-identical outputs."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
     args = tiny_args(corpus, tmp_path / "out")
+    i = args.index("--tokenizer_name")
+    args[i : i + 2] = ["--vocab_size", "300", "--tokenizer_train_documents", "40"]
     args[args.index("--max_steps") + 1] = "4"
     args[args.index("--eval_steps") + 1] = "4"
     args[args.index("--checkpointing_steps") + 1] = "2"
@@ -152,10 +155,14 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
            str(REPO / "pretrain" / "run_pretraining.py"), *args]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
-    first = read_metrics(tmp_path / "out")
+    first = {name: (tmp_path / "out" / name).read_bytes() for name in ("model.safetensors", "tokenizer.json")}
+    first_metrics = read_metrics(tmp_path / "out")
     result = subprocess.run(cmd + ["--overwrite_output_dir"], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert [m["loss"] for m in read_metrics(tmp_path / "out")] == [m["loss"] for m in first]
+    assert [m["loss"] for m in read_metrics(tmp_path / "out")] == [m["loss"] for m in first_metrics]
+    assert [m.get("eval_loss") for m in read_metrics(tmp_path / "out")] == [m.get("eval_loss") for m in first_metrics]
+    for name, data in first.items():
+        assert (tmp_path / "out" / name).read_bytes() == data, name
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["num_processes"] == 2
     step = tmp_path / "out" / "checkpoints" / "step_4"
