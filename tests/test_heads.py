@@ -166,7 +166,8 @@ HEADS = [
     (XLNetLiteForTokenClassification, "AutoModelForTokenClassification", {"input_ids": ids()}),
     (XLNetLiteForMultipleChoice, "AutoModelForMultipleChoice", {"input_ids": ids(shape=(2, C, T))}),
     (XLNetLiteForQuestionAnsweringSimple, "AutoModelForQuestionAnswering", {"input_ids": ids()}),
-    (XLNetLiteForQuestionAnswering, "AutoModelForQuestionAnswering", {"input_ids": ids(), "cls_index": torch.zeros(B, dtype=torch.long)}),
+    (XLNetLiteForQuestionAnswering, "AutoModelForQuestionAnswering",
+     {"input_ids": ids(), "cls_index": torch.zeros(B, dtype=torch.long)}),
 ]
 
 
@@ -229,7 +230,7 @@ def test_trust_remote_code_in_a_fresh_process(tmp_path):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     for cls, _, _ in HEADS:
-        assert f"transformers_modules" in result.stdout and f" {cls.__name__}\n" in result.stdout
+        assert "transformers_modules" in result.stdout and f" {cls.__name__}\n" in result.stdout
         out = torch.load(tmp_path / cls.__name__ / "remote_out.pt", weights_only=True)
         torch.testing.assert_close(out, expected[cls.__name__], atol=0, rtol=0)
 
@@ -266,9 +267,9 @@ def test_finetune_token_classification_on_word_tags():
     model = XLNetLiteForTokenClassification(XLNetLiteConfig(**TINY, num_labels=3))
     data = word_tagging_data()
     labelled = data["labels"] != -100
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     losses = []
-    for step in range(40):
+    for step in range(25):
         batch = {k: v[(step % 3) * 8:(step % 3 + 1) * 8] for k, v in data.items()}
         loss = model(**batch).loss
         loss.backward()

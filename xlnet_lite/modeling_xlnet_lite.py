@@ -15,6 +15,15 @@ Public conventions (transformers' XLNet):
     target_mapping[b, p, t]  one-hot: the p-th prediction is the token at position t (all-zero rows are padding)
     attention_mask[b, t] = 0 padding (or input_mask[b, t] = 1); memory is always visible
 Unlike transformers' XLNet, `mems` are batch-first: one (B, M, H) tensor per layer.
+
+Models: the base model, the LM head (with generate()), sequence classification, token classification, multiple
+choice (C choices), question answering (simple, and XLNet's SQuAD 2.0 head with its beam search): transformers'
+seven XLNet classes. Every forward takes transformers' XLNet arguments by name (no **kwargs: an unknown keyword is
+a TypeError), plus the Trainer's num_items_in_batch where there is a loss.
+
+generate() (XLNetLiteLMHeadModel.prepare_inputs_for_generation): the next token is read by a query-stream row at
+position T (`predict_next`); the memory is an XLNetLiteCache of projected keys and values, so a step feeds two
+tokens and attends over the cache instead of re-projecting it.
 """
 
 from dataclasses import dataclass
@@ -216,7 +225,8 @@ def rel_shift(x, *, qlen, klen, query_pos=None):
     holds distance (mlen + pos_i) - j. Positions beyond R only occur at keys a "uni" model masks.
     """
     B, N, Q, R = x.shape
-    if query_pos is None:  # content stream: a strided view, no copy (rows of R contiguous scores, any B/N layout)
+    if query_pos is None:  # content stream: a strided view, no copy (rows of R contiguous scores, any B/N layout;
+        # Q may be T + 1: predict_next's query row at position T continues the content rows)
         if x.stride(3) != 1 or x.stride(2) != R:
             x = x.contiguous()
         return torch.as_strided(x, (B, N, Q, klen), (x.stride(0), x.stride(1), R - 1, 1), x.storage_offset() + qlen)
@@ -928,7 +938,8 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             dims = "(B, 1)" if predict_next else "(B, P)" if target_mapping is not None else "(B, T)"
-            check_class_labels(labels, tuple(logits.shape[:2]), dims, "token ids", "vocab_size", self.config.vocab_size)
+            check_class_labels(labels, shape=tuple(logits.shape[:2]), dims=dims, what="token ids", bound_name="vocab_size",
+                               bound=self.config.vocab_size)
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteLMHeadModelOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions,
@@ -959,7 +970,7 @@ def per_item_sum(total, num_items_in_batch):
     return total / num_items_in_batch
 
 
-def check_class_labels(labels, shape, dims, what, bound_name, bound):
+def check_class_labels(labels, *, shape, dims, what, bound_name, bound):
     """labels of the given shape, integers in [0, bound) or -100 (ignored)."""
     if tuple(labels.shape) != shape:
         raise ValueError(f"labels must have shape {dims} = {shape}, got {tuple(labels.shape)}")
@@ -1095,7 +1106,8 @@ class XLNetLiteForTokenClassification(XLNetLitePreTrainedModel):
         loss = None
         if labels is not None:
             dims = "(B, P)" if target_mapping is not None else "(B, T)"
-            check_class_labels(labels, tuple(logits.shape[:2]), dims, "class ids", "num_labels", self.num_labels)
+            check_class_labels(labels, shape=tuple(logits.shape[:2]), dims=dims, what="class ids", bound_name="num_labels",
+                               bound=self.num_labels)
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteForTokenClassificationOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
@@ -1122,7 +1134,7 @@ class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         B, C = choices_shape(input_ids, inputs_embeds)
         flat = flatten_choices(
-            B, C, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+            batch=B, choices=C, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
             input_mask=input_mask, token_type_ids=token_type_ids, perm_mask=perm_mask, target_mapping=target_mapping,
         )
         if self.config.summary_type == "last":
@@ -1134,7 +1146,7 @@ class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
         logits = self.logits_proj(self.sequence_summary(out.last_hidden_state)).view(B, C)  # (B, C)
         loss = None
         if labels is not None:
-            check_class_labels(labels, (B,), "(B,)", "choice indices", "num_choices", C)
+            check_class_labels(labels, shape=(B,), dims="(B,)", what="choice indices", bound_name="num_choices", bound=C)
             loss = cross_entropy(logits, labels, num_items_in_batch)
         result = XLNetLiteForMultipleChoiceOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
@@ -1156,7 +1168,7 @@ def choices_shape(input_ids, inputs_embeds):
     return first.shape[0], first.shape[1]
 
 
-def flatten_choices(batch, choices, **inputs):
+def flatten_choices(*, batch, choices, **inputs):
     """Every given per-choice input (B, C, ...) -> (B * C, ...); ValueError naming one whose first dims are not (B, C)."""
     flat = {}
     for name, x in inputs.items():
@@ -1194,10 +1206,11 @@ class XLNetLiteForQuestionAnsweringSimple(XLNetLitePreTrainedModel):
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
         logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
+        B, T = logits.shape[:2]
         start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()  # (B, T) each
         loss = None
         if start_positions is not None or end_positions is not None:
-            starts, ends = check_span(start_positions, end_positions, *start_logits.shape)
+            starts, ends = check_span(start_positions, end_positions, batch=B, length=T)
             start_loss = cross_entropy(start_logits, starts, num_items_in_batch)
             loss = (start_loss + cross_entropy(end_logits, ends, num_items_in_batch)) / 2
         result = XLNetLiteForQuestionAnsweringSimpleOutput(
@@ -1207,14 +1220,14 @@ class XLNetLiteForQuestionAnsweringSimple(XLNetLitePreTrainedModel):
         return result if return_dict else result.to_tuple()
 
 
-def check_span(start_positions, end_positions, batch, length):
+def check_span(start_positions, end_positions, *, batch, length):
     if start_positions is None or end_positions is None:
         raise ValueError("Pass both start_positions and end_positions (B,) for the span loss, or neither")
-    return check_index(start_positions, "start_positions", batch, length), check_index(
-        end_positions, "end_positions", batch, length)
+    return (check_index(start_positions, "start_positions", batch=batch, length=length),
+            check_index(end_positions, "end_positions", batch=batch, length=length))
 
 
-def check_index(x, name, batch, length):
+def check_index(x, name, *, batch, length):
     """(B,) or (B, 1) integer positions in [0, length) -> (B,) long; ValueError naming the argument otherwise."""
     if x.dim() == 2 and x.shape[1] == 1:
         x = x[:, 0]
@@ -1300,10 +1313,10 @@ class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
         )
         hidden = out.last_hidden_state  # (B, T, H)
         B, T = hidden.shape[:2]
-        p_mask = check_p_mask(p_mask, B, T)
-        cls_index = None if cls_index is None else check_index(cls_index, "cls_index", B, T)
+        p_mask = check_p_mask(p_mask, batch=B, length=T)
+        cls_index = None if cls_index is None else check_index(cls_index, "cls_index", batch=B, length=T)
         if start_positions is not None or end_positions is not None:
-            starts, ends = check_span(start_positions, end_positions, B, T)
+            starts, ends = check_span(start_positions, end_positions, batch=B, length=T)
             fields = dict(loss=self.span_loss(hidden, starts, ends, p_mask, cls_index, is_impossible, num_items_in_batch))
         else:
             fields = self.beam_search(hidden, p_mask, cls_index)
@@ -1348,7 +1361,7 @@ class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
         )
 
 
-def check_p_mask(p_mask, batch, length):
+def check_p_mask(p_mask, *, batch, length):
     if p_mask is None:
         return None
     if tuple(p_mask.shape) != (batch, length):
