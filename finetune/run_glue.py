@@ -27,7 +27,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from accelerate.utils import set_seed
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import AutoConfig
@@ -46,31 +45,7 @@ from xlnet_lite.classification_data import (
 from xlnet_lite.glue_metrics import GLUE_TASKS, file_metrics, glue_metrics, primary_metric
 from xlnet_lite.model_utils import PRETRAINING_ONLY_FIELDS, load_model, model_from_config, read_segments
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
-from xlnet_lite.training import (
-    Checkpoints,
-    MetricsLog,
-    RecipeArguments,
-    RecipeError,
-    StopSignal,
-    TrainLoop,
-    atomic_write_text,
-    check_common_args,
-    check_resume_model,
-    crash_point,
-    exit_on_recipe_error,
-    make_accelerator,
-    make_optimizer_and_scheduler,
-    model_fields,
-    parse_args,
-    plot_metrics,
-    push_output_dir,
-    raise_problems,
-    run_flags,
-    save_final_model,
-    start_run,
-    start_tracking,
-    write_json,
-)
+from xlnet_lite import training
 
 DEFAULT_PRETRAINED = "outputs/pretrain"
 PRETRAIN_COMMAND = ("accelerate launch --cpu --num_processes 1 --num_machines 1 --dynamo_backend no --mixed_precision no "
@@ -81,7 +56,7 @@ OUTPUTS = ("config.json", "model.safetensors", "modeling_xlnet_lite.py", "config
 
 
 @dataclass
-class FinetuneArguments(RecipeArguments):
+class FinetuneArguments(training.RecipeArguments):
     """Sequence classification / regression finetuning (finetune/run_glue.py)."""
 
     # data
@@ -110,14 +85,14 @@ class FinetuneArguments(RecipeArguments):
     num_train_epochs: int = field(default=3, metadata={"help": "Epochs (0: only evaluate and predict)."})
     max_train_steps: int | None = field(default=None, metadata={"help": "Total optimizer steps; overrides --num_train_epochs."})
 
-    RESUME_MUST_MATCH = RecipeArguments.RESUME_MUST_MATCH + (
+    RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "model_name_or_path", "config_name", "tokenizer_name",
         "max_seq_length", "long_document_mode", "max_train_samples", "mem_len", "mems_backprop", "dropout",
     )
 
 
 def check_args(a: FinetuneArguments):
-    problems = check_common_args(a)
+    problems = training.check_common_args(a)
     if a.task_name and (a.train_file or a.validation_file):
         problems.append("pass either --task_name or --train_file/--validation_file, not both")
     if (a.validation_file or a.test_file) and not a.task_name and not a.train_file:
@@ -138,10 +113,10 @@ def check_args(a: FinetuneArguments):
     if a.max_train_steps and a.warmup_ratio == 0 and a.num_warmup_steps > a.max_train_steps:
         problems.append(f"--num_warmup_steps ({a.num_warmup_steps}) is longer than the run (--max_train_steps "
                         f"{a.max_train_steps}); lower it or pass --warmup_ratio")
-    raise_problems(problems)
+    training.raise_problems(problems)
     if a.config_name is None and a.model_name_or_path is None:
         if not os.path.isdir(DEFAULT_PRETRAINED):
-            raise RecipeError(f"no pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path): run the "
+            raise training.RecipeError(f"no pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path): run the "
                               f"pretraining first ({PRETRAIN_COMMAND}), or pass --model_name_or_path (or --config_name "
                               "for random initialisation)")
         a.model_name_or_path = DEFAULT_PRETRAINED
@@ -165,7 +140,7 @@ def load_model_and_tokenizer(a, labels: Labels, train_source):
         kwargs = {**checkpoint_label_kwargs(config, labels, path, train_source), "dropout": a.dropout}
         model = load_model(path, cls, **remote, **kwargs)
     if len(tokenizer) > model.config.vocab_size:
-        raise RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
+        raise training.RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
     if a.mem_len is not None:
         model.config.mem_len = a.mem_len
     model.transformer.mask_emb.requires_grad_(False)  # classification never runs the query stream (and DDP needs every trained parameter used)
@@ -179,7 +154,7 @@ def checkpoint_label_kwargs(config, labels: Labels, path, train_source):
     if not any(arch.endswith("ForSequenceClassification") for arch in (config.architectures or [])):
         return kwargs  # a pretraining output: the head is newly initialised
     if config.num_labels != labels.num_labels:
-        raise RecipeError(
+        raise training.RecipeError(
             f"{path} has a classification head with {config.num_labels} labels ({list(config.id2label.values())}), "
             f"but column `label` of {train_source} has {labels.num_labels} ({labels.names or 'regression'}); "
             f"start from a checkpoint without a classification head (a pretraining output) or use matching data")
@@ -238,21 +213,17 @@ def evaluate(a, model, eval_sets, accelerator, labels):
 
 
 def main(argv=None):
-    a = parse_args(FinetuneArguments, argv, description=__doc__)
-    check_args(a)
-    accelerator = make_accelerator(a)
-    checkpoints = Checkpoints(accelerator, a.output_dir, a.save_total_limit)
-    resume = start_run(a, accelerator, checkpoints, outputs=OUTPUTS)
-    set_seed(a.seed)
+    a, accelerator, checkpoints, resume = training.set_up_run(FinetuneArguments, argv, check=check_args, outputs=OUTPUTS,
+                                                              description=__doc__)
     splits = load_splits(task_name=a.task_name, train_file=a.train_file, validation_file=a.validation_file,
                          test_file=a.test_file)
     for name, split in splits.items():  # bad columns stop us before the model is loaded
         check_split(split, text_columns(split), needs_label=name != "test")
     labels = read_labels(splits["train"])
     model, tokenizer = load_model_and_tokenizer(a, labels, splits["train"].source)
-    crash_point("model_built")
+    training.crash_point("model_built")
     if resume is not None:
-        check_resume_model(resume, model_fields(model), num_processes=accelerator.num_processes)
+        training.check_resume_model(resume, training.model_fields(model), num_processes=accelerator.num_processes)
     common = dict(max_len=a.max_seq_length, mode=a.long_document_mode)
     source = splits["train"].source
     train_set = tokenize_split(splits["train"], tokenizer, labels, source, max_samples=a.max_train_samples, **common)
@@ -266,21 +237,21 @@ def main(argv=None):
 
     steps_per_epoch = math.ceil(len(train_loader) / a.gradient_accumulation_steps)
     max_steps = a.max_train_steps or a.num_train_epochs * steps_per_epoch
-    optimizer, scheduler = make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
+    optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
                                                         layerwise_lr_decay=a.layerwise_lr_decay)
     model, optimizer, train_loader, scheduler, *prepared = accelerator.prepare(model, optimizer, train_loader, scheduler, *loaders.values())
     loaders = dict(zip(loaders, prepared))
     eval_sets = {name: (loaders[name], other_sets[name]["labels"]) for name in ("validation", "validation_mismatched")
                  if name in loaders and "labels" in other_sets[name].column_names}
-    start_tracking(accelerator, a, "run_glue")
-    loop = TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
+    training.start_tracking(accelerator, a, "run_glue")
+    loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
     state, records = {"step": 0, "epoch": 0, "loss_sum": 0.0, "loss_count": 0, "history": [], "best": None}, 0
     if resume is not None:
         trainer_state, _, _ = checkpoints.load(resume, device=accelerator.device)
         state, records = trainer_state["recipe"], trainer_state["metrics_records"]
         loop.load_state_dict(trainer_state["loop"])
         accelerator.print(f"resumed from {resume} at step {state['step']}")
-    metrics = MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
+    metrics = training.MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
     metrics.start(records)
     accelerator.print(f"{len(train_set)} training examples, {steps_per_epoch} steps/epoch, {max_steps} steps, "
                       f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}")
@@ -293,7 +264,7 @@ def main(argv=None):
         return None
     if state["best"] is None:  # no training (or no validation data): the current model is the result
         state["best"] = {"epoch": state["epoch"], "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {}}
-        save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
+        training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     accelerator.unwrap_model(model).load_state_dict(load_file(str(Path(a.output_dir, "model.safetensors"))))
     return finish(context, state, loaders, other_sets, train_runtime=time.perf_counter() - start, n_train=len(train_set))
 
@@ -303,7 +274,7 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
     False when a signal stopped it (after a checkpoint)."""
     a, accelerator, model, loop = c["a"], c["accelerator"], c["model"], c["loop"]
     G = a.gradient_accumulation_steps
-    stop = StopSignal(accelerator)
+    stop = training.StopSignal(accelerator)
     progress = tqdm(total=max_steps, initial=state["step"], desc="train", disable=not accelerator.is_local_main_process)
 
     def micro_batches(batches, first):  # pulled lazily, so accelerate sees the end of the loader at the right batch
@@ -366,12 +337,12 @@ def end_epoch(c, state, epoch):
     best_score = None if best is None else best["metrics"].get(metric)
     if score is None or best_score is None or score > best_score:  # without validation data: the latest epoch
         state["best"] = {"epoch": epoch + 1, "metrics": scores}
-        save_final_model(accelerator, c["model"], c["tokenizer"], a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
+        training.save_final_model(accelerator, c["model"], c["tokenizer"], a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
 
 
 def save_checkpoint(c, state):
     a, accelerator, loop = c["a"], c["accelerator"], c["loop"]
-    trainer_state = {"flags": run_flags(a), "model": model_fields(accelerator.unwrap_model(c["model"])),
+    trainer_state = {"flags": training.run_flags(a), "model": training.model_fields(accelerator.unwrap_model(c["model"])),
                      "num_processes": accelerator.num_processes, "loop": loop.state_dict(), "recipe": state,
                      "metrics_records": c["metrics"].count}
     c["checkpoints"].save(state["step"], trainer_state=trainer_state, rank_state={})
@@ -398,16 +369,16 @@ def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
         if accelerator.is_main_process:
             write_predictions(out / "predict_results.tsv", predictions, labels)
     if accelerator.is_main_process:
-        write_json(out / "eval_results.json", state["best"]["metrics"])
-        write_json(out / "all_results.json", results)
-        write_json(out / "history.json", state["history"])
+        training.write_json(out / "eval_results.json", state["best"]["metrics"])
+        training.write_json(out / "all_results.json", results)
+        training.write_json(out / "history.json", state["history"])
         if state["history"]:
             metric = c["main_metric"]
-            plot_metrics(c["metrics"].records(), out / "training_curves.png", title="finetuning",
+            training.plot_metrics(c["metrics"].records(), out / "training_curves.png", title="finetuning",
                          left={"loss": "train loss", "train_loss": "train loss (epoch mean)"},
                          right={f"eval_{metric}": f"validation {metric}"})
         if a.push_to_hub:
-            push_output_dir(a, commit_message="Finetuned with finetune/run_glue.py")
+            training.push_output_dir(a, commit_message="Finetuned with finetune/run_glue.py")
     accelerator.print(json.dumps(results))
     accelerator.end_training()
     return results
@@ -415,8 +386,8 @@ def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
 
 def write_predictions(path, predictions, labels: Labels):
     rows = [f"{i}\t{p:.6f}" if labels.is_regression else f"{i}\t{labels.names[int(p)]}" for i, p in enumerate(predictions)]
-    atomic_write_text(path, "index\tprediction\n" + "".join(r + "\n" for r in rows))
+    training.atomic_write_text(path, "index\tprediction\n" + "".join(r + "\n" for r in rows))
 
 
 if __name__ == "__main__":
-    exit_on_recipe_error(main, sys.argv[1:], "run_glue.py")
+    training.exit_on_recipe_error(main, sys.argv[1:], "run_glue.py")

@@ -21,7 +21,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
 import xlnet_lite
@@ -37,31 +36,7 @@ from xlnet_lite.model_utils import (
     unigram_log_probs,
 )
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
-from xlnet_lite.training import (
-    Checkpoints,
-    MetricsLog,
-    RecipeArguments,
-    RecipeError,
-    StopSignal,
-    TrainLoop,
-    check_common_args,
-    check_resume_model,
-    crash_point,
-    exit_on_recipe_error,
-    make_accelerator,
-    make_optimizer_and_scheduler,
-    model_fields,
-    parse_args,
-    plot_metrics,
-    push_output_dir,
-    raise_problems,
-    replace_folder,
-    run_flags,
-    save_final_model,
-    start_run,
-    start_tracking,
-    write_json,
-)
+from xlnet_lite import training
 
 OUTPUTS = ("tokenizer", "metrics.jsonl", "results.json", "loss.png", "config.json", "model.safetensors",
            "generation_config.json", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json",
@@ -69,7 +44,7 @@ OUTPUTS = ("tokenizer", "metrics.jsonl", "results.json", "loss.png", "config.jso
 
 
 @dataclass
-class PretrainingArguments(RecipeArguments):
+class PretrainingArguments(training.RecipeArguments):
     """XLNet permutation-LM pretraining (pretrain/run_pretraining.py)."""
 
     # model
@@ -104,7 +79,7 @@ class PretrainingArguments(RecipeArguments):
     eval_steps: int = field(default=250, metadata={"help": "Evaluate every N steps (and at the end)."})
     eval_batches: int = field(default=16, metadata={"help": "Validation batches per evaluation."})
 
-    RESUME_MUST_MATCH = RecipeArguments.RESUME_MUST_MATCH + (
+    RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size", "tokenizer_train_documents",
         "dropout", "train_file", "validation_file", "dataset_name", "dataset_config_name", "text_column", "seq_len",
         "reuse_len", "mem_len", "perm_size", "plm_probability", "max_span_length", "bi_data",
@@ -113,7 +88,7 @@ class PretrainingArguments(RecipeArguments):
 
 def check_args(a: PretrainingArguments):
     """Every inconsistency, named by flag, before anything is loaded."""
-    problems = check_common_args(a)
+    problems = training.check_common_args(a)
     if not 0 < a.reuse_len < a.seq_len - 4:
         problems.append(f"--reuse_len ({a.reuse_len}) must be in [1, seq_len - 5 = {a.seq_len - 5}]: A <sep> B <sep> <cls> need room")
     if a.perm_size is not None and not 0 < a.perm_size <= a.reuse_len:
@@ -141,7 +116,7 @@ def check_args(a: PretrainingArguments):
     if not problems and a.warmup_ratio == 0 and a.num_warmup_steps > a.max_steps:
         problems.append(f"--num_warmup_steps ({a.num_warmup_steps}) is longer than the run (--max_steps {a.max_steps}): "
                         "the learning rate would never reach --learning_rate; lower it or pass --warmup_ratio")
-    raise_problems(problems)
+    training.raise_problems(problems)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -160,9 +135,9 @@ def load_corpus(a: PretrainingArguments):
 
         raw = datasets.load_dataset(a.dataset_name, a.dataset_config_name, streaming=a.streaming)
         if "train" not in raw:
-            raise RecipeError(f"--dataset_name {a.dataset_name}: no 'train' split (has {list(raw)})")
+            raise training.RecipeError(f"--dataset_name {a.dataset_name}: no 'train' split (has {list(raw)})")
         if a.text_column not in (raw["train"].column_names or [a.text_column]):
-            raise RecipeError(f"--dataset_name {a.dataset_name}: no column {a.text_column!r} (--text_column); "
+            raise training.RecipeError(f"--dataset_name {a.dataset_name}: no column {a.text_column!r} (--text_column); "
                               f"has {raw['train'].column_names}")
         if "validation" in raw:
             return raw["train"], raw["validation"]
@@ -176,7 +151,7 @@ def load_corpus(a: PretrainingArguments):
 def split_off_validation(texts, percentage, source):
     texts = [t for t in texts if t.strip()]
     if len(texts) < 2:
-        raise RecipeError(f"{source}: needs at least two non-empty documents (one for validation)")
+        raise training.RecipeError(f"{source}: needs at least two non-empty documents (one for validation)")
     n_valid = max(1, round(len(texts) * percentage / 100))
     return texts[:-n_valid], texts[-n_valid:]
 
@@ -197,9 +172,9 @@ def get_tokenizer(a, train_docs, accelerator):
         tmp = Path(a.output_dir, ".tokenizer.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tokenizer = train_tokenizer(texts, vocab_size=a.vocab_size)
-        crash_point("tokenizer_trained")
+        training.crash_point("tokenizer_trained")
         tokenizer.save_pretrained(tmp)
-        replace_folder(tmp, path)
+        training.replace_folder(tmp, path)
     accelerator.wait_for_everyone()
     return load_tokenizer(path)
 
@@ -220,7 +195,7 @@ def build_model(a, tokenizer):
         setattr(model.config, key, value)
     model.config.check_fields()
     if model.config.vocab_size < len(tokenizer):
-        raise RecipeError(f"the model's vocab_size {model.config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
+        raise training.RecipeError(f"the model's vocab_size {model.config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
     return model
 
 
@@ -261,18 +236,14 @@ def evaluate(model, eval_batches, accelerator, *, with_memory):
 
 
 def main(argv=None):
-    a = parse_args(PretrainingArguments, argv, description=__doc__)
-    check_args(a)
-    accelerator = make_accelerator(a)
-    checkpoints = Checkpoints(accelerator, a.output_dir, a.save_total_limit)
-    resume = start_run(a, accelerator, checkpoints, outputs=OUTPUTS)
-    set_seed(a.seed)
+    a, accelerator, checkpoints, resume = training.set_up_run(PretrainingArguments, argv, check=check_args, outputs=OUTPUTS,
+                                                              description=__doc__)
     train_docs, valid_docs = load_corpus(a)
     tokenizer = get_tokenizer(a, train_docs, accelerator)
     model = build_model(a, tokenizer)
-    crash_point("model_built")
+    training.crash_point("model_built")
     if resume is not None:  # before tokenizing the corpus
-        check_resume_model(resume, model_fields(model), num_processes=accelerator.num_processes)
+        training.check_resume_model(resume, training.model_fields(model), num_processes=accelerator.num_processes)
     accelerator.print(f"model: {model.num_parameters() / 1e6:.2f}M parameters, {model.config.n_layer} layers, "
                       f"d_model {model.config.d_model}; vocab {len(tokenizer)}")
     stream, collator, eval_batches = build_data(a, tokenizer, train_docs, valid_docs, accelerator)
@@ -282,10 +253,10 @@ def main(argv=None):
         init_lm_bias_at_unigram(model, log_probs)
     accelerator.print(f"data: {stream.num_tokens:,} training tokens, {stream.steps_per_epoch} steps per epoch; "
                       f"{len(eval_batches)} validation batches; unigram baseline {baseline:.3f} nats")
-    optimizer, scheduler = make_optimizer_and_scheduler(a, model, max_steps=a.max_steps, num_processes=accelerator.num_processes)
+    optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=a.max_steps, num_processes=accelerator.num_processes)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    start_tracking(accelerator, a, "xlnet_lite_pretraining")
-    loop = TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
+    training.start_tracking(accelerator, a, "xlnet_lite_pretraining")
+    loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
     step, mems, records = 0, None, 0
     if resume is not None:
         trainer_state, rank_state, tensors = checkpoints.load(resume, device=accelerator.device)
@@ -295,7 +266,7 @@ def main(argv=None):
         loop.load_state_dict(trainer_state["loop"])
         records = trainer_state["metrics_records"]
         accelerator.print(f"resumed from {resume} at step {step}")
-    metrics = MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
+    metrics = training.MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
     metrics.start(records)
     finished = train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoints, metrics, step=step, mems=mems)
     if not finished:
@@ -315,7 +286,7 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
         carried["mems"] = out.mems
         return out.loss
 
-    stop = StopSignal(accelerator)
+    stop = training.StopSignal(accelerator)
     progress = tqdm(total=a.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="pretraining")
     model.train()
     try:
@@ -345,7 +316,7 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
 
 
 def save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, mems, step, metrics_records):
-    trainer_state = {"flags": run_flags(a), "model": model_fields(accelerator.unwrap_model(loop.model)),
+    trainer_state = {"flags": training.run_flags(a), "model": training.model_fields(accelerator.unwrap_model(loop.model)),
                      "num_processes": accelerator.num_processes, "loop": loop.state_dict(),
                      "metrics_records": metrics_records}
     rank_state = {"stream": stream.state_dict(), "collator": collator.state_dict()}
@@ -374,19 +345,19 @@ def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream):
         "mixed_precision": accelerator.mixed_precision,
         "num_processes": accelerator.num_processes,
     }
-    save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
+    training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     if accelerator.is_main_process:
-        write_json(Path(a.output_dir, "results.json"), results)
-        plot_metrics(records, Path(a.output_dir, "loss.png"), title="XLNet-Lite permutation-LM pretraining",
+        training.write_json(Path(a.output_dir, "results.json"), results)
+        training.plot_metrics(records, Path(a.output_dir, "loss.png"), title="XLNet-Lite permutation-LM pretraining",
                      left={"loss": "train PLM loss", "eval_loss": "validation, with memory",
                            "eval_loss_no_memory": "validation, no memory"},
                      hline=(baseline, f"unigram baseline ({baseline:.2f})"))
         accelerator.print(json.dumps(results, indent=2))
         if a.push_to_hub:
-            push_output_dir(a, commit_message="Pretrained with pretrain/run_pretraining.py")
+            training.push_output_dir(a, commit_message="Pretrained with pretrain/run_pretraining.py")
     accelerator.end_training()
     return results
 
 
 if __name__ == "__main__":
-    exit_on_recipe_error(main, sys.argv[1:], "run_pretraining.py")
+    training.exit_on_recipe_error(main, sys.argv[1:], "run_pretraining.py")

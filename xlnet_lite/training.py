@@ -366,6 +366,20 @@ def model_fields(model) -> dict:
     return fields
 
 
+def set_up_run(cls, argv, *, check, outputs, description=None):
+    """The start of every recipe: parse and `check` the flags, make the accelerator, decide fresh start or resume
+    (`start_run`) and seed everything. Returns (args, accelerator, checkpoints, checkpoint to resume or None)."""
+    from accelerate.utils import set_seed
+
+    a = parse_args(cls, argv, description=description)
+    check(a)
+    accelerator = make_accelerator(a)
+    checkpoints = Checkpoints(accelerator, a.output_dir, a.save_total_limit)
+    resume = start_run(a, accelerator, checkpoints, outputs=outputs)
+    set_seed(a.seed)
+    return a, accelerator, checkpoints, resume
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Checkpoints
 
