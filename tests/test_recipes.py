@@ -212,3 +212,26 @@ def test_one_parameter_group_rule_for_both_recipes():
             no_decay = "bias" in name or "layer_norm" in name
             assert decay[id(param)] == (0.0 if no_decay else 0.1), name
     assert torch.is_tensor(next(model.parameters()))
+
+
+def test_one_loader_for_xlnet_lite_and_transformers_checkpoints(tmp_path):
+    """model_utils.load_model: an XLNet-Lite folder as it is, a transformers XLNet folder converted exactly;
+    model_from_config: the architecture of either, randomly initialised."""
+    import transformers
+
+    from xlnet_lite.model_utils import load_model, model_from_config
+
+    hf_config = transformers.XLNetConfig(vocab_size=50, d_model=16, n_layer=2, n_head=2, d_inner=32, mem_len=8)
+    torch.manual_seed(0)
+    transformers.XLNetLMHeadModel(hf_config).save_pretrained(tmp_path / "hf")
+    hf = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "hf")
+    lite = load_model(tmp_path / "hf", xlnet_lite.XLNetLiteLMHeadModel)
+    assert type(lite) is xlnet_lite.XLNetLiteLMHeadModel
+    for name, tensor in hf.state_dict().items():
+        assert torch.equal(lite.state_dict()[name], tensor), name
+    lite.save_pretrained(tmp_path / "lite")
+    again = load_model(tmp_path / "lite", xlnet_lite.XLNetLiteLMHeadModel)
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in lite.state_dict().items())
+    for folder in ("hf", "lite"):
+        fresh = model_from_config(tmp_path / folder, xlnet_lite.XLNetLiteForSequenceClassification, num_labels=3)
+        assert (fresh.config.d_model, fresh.config.n_layer, fresh.config.num_labels) == (16, 2, 3)
