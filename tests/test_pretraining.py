@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO / "pretrain"))
 import run_pretraining  # noqa: E402
 
 from xlnet_lite.data import embedded_news_texts  # noqa: E402
+from xlnet_lite.training import parse_args  # noqa: E402
 from xlnet_lite.tokenization_xlnet_lite import train_tokenizer  # noqa: E402
 
 
@@ -195,11 +196,11 @@ def test_unknown_flag_or_choice_stops(corpus, tmp_path, flags):
 def test_config_file_with_flag_override(corpus, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("seq_len: 32\nreuse_len: 16\nmax_steps: 99\n")
-    args = run_pretraining.parse_args(run_pretraining.PretrainingArguments, ["--config", str(config), "--max_steps", "3"])
+    args = parse_args(run_pretraining.PretrainingArguments, ["--config", str(config), "--max_steps", "3"])
     assert (args.seq_len, args.reuse_len, args.max_steps) == (32, 16, 3)
     config.write_text("seq_length: 32\n")
     with pytest.raises(ValueError, match="unknown keys"):
-        run_pretraining.parse_args(run_pretraining.PretrainingArguments, ["--config", str(config)])
+        parse_args(run_pretraining.PretrainingArguments, ["--config", str(config)])
 
 
 @pytest.mark.parametrize("streaming", [False, True])
