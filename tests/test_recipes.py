@@ -235,3 +235,22 @@ def test_one_loader_for_xlnet_lite_and_transformers_checkpoints(tmp_path):
     for folder in ("hf", "lite"):
         fresh = model_from_config(tmp_path / folder, xlnet_lite.XLNetLiteForSequenceClassification, num_labels=3)
         assert (fresh.config.d_model, fresh.config.n_layer, fresh.config.num_labels) == (16, 2, 3)
+
+
+def test_finetuning_output_folder_guard_resume_check_and_file_modes(tmp_path, pretrained):  # noqa: F811
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--checkpointing_steps", "2", epochs=1)
+    before = (out / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="already holds the outputs of another run.*--overwrite_output_dir"):
+        run(tmp_path, pretrained, "--train_file", train, "--learning_rate", "5e-4", epochs=1)
+    assert (out / "model.safetensors").read_bytes() == before
+    with pytest.raises(ValueError, match="cannot resume.*--max_seq_length: 16 in the checkpoint, 24 now"):
+        run(tmp_path, pretrained, "--train_file", train, "--resume_from_checkpoint", "latest", "--max_seq_length", "24")
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("model.safetensors", "config.json", "all_results.json", "metrics.jsonl", "training_curves.png"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~umask, name
+    config = json.loads((out / "config.json").read_text())
+    assert config["reuse_len"] is None and config["use_mems_train"] is False
+    run(tmp_path, pretrained, "--train_file", train, "--overwrite_output_dir", epochs=1)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_3"]  # the old run's step_2 is gone
