@@ -7,3 +7,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="xlnet_lite_hf_home_"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(params=["eager", "sdpa"])
+def impl(request):
+    """Both attention kernels of XLNet-Lite, for the equivalence tests."""
+    return request.param

@@ -44,3 +44,10 @@ def xlnet_masks(batch, seq_len, num_predict, seed=0):
         perm_mask[b] = ((self_rank[:, None] <= rank[None, :]) & is_target[None, :]).float()
         target_mapping[b, torch.arange(num_predict), targets] = 1.0
     return perm_mask, target_mapping
+
+
+def run_both(hf, lite, impl, **inputs):
+    """transformers' model and its XLNet-Lite twin on the same inputs, the twin with attention kernel `impl`."""
+    lite.config._attn_implementation = impl
+    with torch.no_grad():
+        return hf(**inputs), lite(**inputs)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from model_helpers import TINY, randomise, twins
+from model_helpers import TINY, randomise, run_both, twins
 
 import xlnet_lite
 from xlnet_lite import (
@@ -34,17 +34,6 @@ def close(a, b):
 
 def ids(seed=0, shape=(B, T)):
     return torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed))
-
-
-@pytest.fixture(params=["eager", "sdpa"])
-def impl(request):
-    return request.param
-
-
-def run_both(hf, lite, impl, **inputs):
-    lite.config._attn_implementation = impl
-    with torch.no_grad():
-        return hf(**inputs), lite(**inputs)
 
 
 def segments_and_left_padding(shape):

@@ -3,7 +3,7 @@ on both attention implementations."""
 
 import pytest
 import torch
-from model_helpers import twins, xlnet_masks
+from model_helpers import run_both, twins, xlnet_masks
 
 import xlnet_lite
 
@@ -13,17 +13,6 @@ ATOL = 1e-4
 
 def close(a, b):
     torch.testing.assert_close(a, b, atol=ATOL, rtol=1e-4)
-
-
-@pytest.fixture(params=["eager", "sdpa"])
-def impl(request):
-    return request.param
-
-
-def run_both(hf, lite, impl, **inputs):
-    lite.config._attn_implementation = impl
-    with torch.no_grad():
-        return hf(**inputs), lite(**inputs)
 
 
 def ids(seed=0, batch=B, length=T):
