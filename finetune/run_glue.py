@@ -16,6 +16,7 @@ The training machinery (flags, output folder, checkpoints, metrics, signals) is 
 pretrain/run_pretraining.py.
 """
 
+import itertools
 import json
 import math
 import os
@@ -110,10 +111,9 @@ def check_args(a: FinetuneArguments):
     for name in ("train_file", "validation_file", "test_file"):
         if getattr(a, name) and not os.path.isfile(getattr(a, name)):
             problems.append(f"--{name}: no such file {getattr(a, name)}")
-    if a.max_train_steps and a.warmup_ratio == 0 and a.num_warmup_steps > a.max_train_steps:
-        problems.append(f"--num_warmup_steps ({a.num_warmup_steps}) is longer than the run (--max_train_steps "
-                        f"{a.max_train_steps}); lower it or pass --warmup_ratio")
     training.raise_problems(problems)
+    if a.max_train_steps:  # otherwise the run's length is known once the data is read (make_optimizer_and_scheduler)
+        training.warmup_steps(a, a.max_train_steps)
     if a.config_name is None and a.model_name_or_path is None:
         if not os.path.isdir(DEFAULT_PRETRAINED):
             raise training.RecipeError(f"no pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path): run the "
@@ -278,8 +278,7 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
     progress = tqdm(total=max_steps, initial=state["step"], desc="train", disable=not accelerator.is_local_main_process)
 
     def micro_batches(batches, first):  # pulled lazily, so accelerate sees the end of the loader at the right batch
-        yield lambda: classify(model, first, accelerator, labels=first["labels"], backprop_all=a.mems_backprop == "all").loss
-        for _, batch in zip(range(G - 1), batches):
+        for batch in itertools.chain([first], itertools.islice(batches, G - 1)):
             yield lambda batch=batch: classify(model, batch, accelerator, labels=batch["labels"],
                                                backprop_all=a.mems_backprop == "all").loss
 
@@ -292,6 +291,7 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
             if hasattr(loader, "set_epoch"):  # a prepared loader re-sets its sampler's epoch from its own count
                 loader.set_epoch(epoch)
             batches = iter(loader)
+            epoch_end = min((epoch + 1) * steps_per_epoch, max_steps)  # saved after end_epoch, with the epoch's record
             for first in batches:
                 state["step"] += 1
                 loss = loop.step(micro_batches(batches, first), step=state["step"])
@@ -302,7 +302,8 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
                 if state["step"] % a.logging_steps == 0 and (record := loop.window_record(state["step"])):
                     c["metrics"].log(record)
                 stopping = stop.requested()
-                if stopping or (a.checkpointing_steps and state["step"] % a.checkpointing_steps == 0):
+                periodic = a.checkpointing_steps and state["step"] % a.checkpointing_steps == 0 and state["step"] != epoch_end
+                if stopping or periodic:
                     save_checkpoint(c, state)
                 if stopping:
                     accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step "

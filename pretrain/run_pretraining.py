@@ -113,10 +113,8 @@ def check_args(a: PretrainingArguments):
         problems.append("pass only one of --model_name_or_path (weights) or --config_name (random init)")
     if not 0 < a.validation_split_percentage < 50:
         problems.append(f"--validation_split_percentage must be in (0, 50), got {a.validation_split_percentage}")
-    if not problems and a.warmup_ratio == 0 and a.num_warmup_steps > a.max_steps:
-        problems.append(f"--num_warmup_steps ({a.num_warmup_steps}) is longer than the run (--max_steps {a.max_steps}): "
-                        "the learning rate would never reach --learning_rate; lower it or pass --warmup_ratio")
     training.raise_problems(problems)
+    training.warmup_steps(a, a.max_steps)  # a warmup longer than the run stops here, before any work
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -36,25 +36,23 @@ from .tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
 __version__ = "0.1.0"
 
+# Each class with its Auto class. As transformers maps XLNet, AutoModelForQuestionAnswering gives the simple span
+# head; the SQuAD 2.0 head is loaded by its class (a saved one maps AutoModelForQuestionAnswering to itself for
+# trust_remote_code). save_pretrained writes the code and an auto_map, so saved folders load with
+# trust_remote_code=True where xlnet_lite is not installed.
+_AUTO_CLASSES = [
+    (AutoModel, XLNetLiteModel),
+    (AutoModelForCausalLM, XLNetLiteLMHeadModel),
+    (AutoModelForSequenceClassification, XLNetLiteForSequenceClassification),
+    (AutoModelForTokenClassification, XLNetLiteForTokenClassification),
+    (AutoModelForMultipleChoice, XLNetLiteForMultipleChoice),
+    (AutoModelForQuestionAnswering, XLNetLiteForQuestionAnsweringSimple),
+]
 AutoConfig.register("xlnet_lite", XLNetLiteConfig, exist_ok=True)
-AutoModel.register(XLNetLiteConfig, XLNetLiteModel, exist_ok=True)
-AutoModelForCausalLM.register(XLNetLiteConfig, XLNetLiteLMHeadModel, exist_ok=True)
-AutoModelForSequenceClassification.register(XLNetLiteConfig, XLNetLiteForSequenceClassification, exist_ok=True)
-AutoModelForTokenClassification.register(XLNetLiteConfig, XLNetLiteForTokenClassification, exist_ok=True)
-AutoModelForMultipleChoice.register(XLNetLiteConfig, XLNetLiteForMultipleChoice, exist_ok=True)
-# as transformers maps XLNet: the Auto class gives the simple head; the SQuAD 2.0 head is loaded by its class
-AutoModelForQuestionAnswering.register(XLNetLiteConfig, XLNetLiteForQuestionAnsweringSimple, exist_ok=True)
-
-# save_pretrained writes the code and an auto_map, so saved folders load with trust_remote_code=True
-# where xlnet_lite is not installed.
 XLNetLiteConfig.register_for_auto_class()
-XLNetLiteModel.register_for_auto_class("AutoModel")
-XLNetLiteLMHeadModel.register_for_auto_class("AutoModelForCausalLM")
-XLNetLiteForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-XLNetLiteForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
-XLNetLiteForMultipleChoice.register_for_auto_class("AutoModelForMultipleChoice")
-XLNetLiteForQuestionAnsweringSimple.register_for_auto_class("AutoModelForQuestionAnswering")
-# a saved SQuAD 2.0 head maps AutoModelForQuestionAnswering (with trust_remote_code) to itself
+for _auto, _model in _AUTO_CLASSES:
+    _auto.register(XLNetLiteConfig, _model, exist_ok=True)
+    _model.register_for_auto_class(_auto.__name__)
 XLNetLiteForQuestionAnswering.register_for_auto_class("AutoModelForQuestionAnswering")
 
 __all__ = [

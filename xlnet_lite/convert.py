@@ -28,6 +28,14 @@ _PAIRS = {
 }
 
 
+def hf_class(lite_class):
+    """transformers' XLNet class twinned with an XLNet-Lite class (XLNetLiteForX -> transformers.XLNetForX)."""
+    for hf_name, lite in _PAIRS.items():
+        if lite is lite_class:
+            return getattr(transformers, hf_name)
+    raise ValueError(f"expected one of {sorted(c.__name__ for c in _PAIRS.values())}, got {lite_class.__name__}")
+
+
 def _shared_fields(config, target_class):
     """Every field of `config` that `target_class` also declares (plus labels and problem type)."""
     names = {f.name for f in dataclasses.fields(target_class)} | {"num_labels"}
@@ -54,11 +62,12 @@ def from_hf_xlnet(model):
 def to_hf_xlnet(model):
     """The inverse of `from_hf_xlnet`: an XLNet-Lite model as transformers' XLNet with identical weights.
     With untie_r=False the shared u/v/b are copied into every layer (transformers has no sharing)."""
-    hf_names = {lite: hf for hf, lite in _PAIRS.items()}
-    if type(model) not in hf_names:
-        raise ValueError(f"to_hf_xlnet expects one of {sorted(c.__name__ for c in hf_names)}, got {type(model).__name__}")
+    try:
+        cls = hf_class(type(model))
+    except ValueError as error:
+        raise ValueError(f"to_hf_xlnet: {error}") from None
     config = transformers.XLNetConfig(**_shared_fields(model.config, transformers.XLNetConfig))
-    hf = getattr(transformers, hf_names[type(model)])(config)
+    hf = cls(config)
     state = dict(model.state_dict())
     if not model.config.untie_r:
         prefix = "" if isinstance(model, XLNetLiteModel) else "transformer."

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import transformers
 from transformers import AutoConfig
 
-from .configuration_xlnet_lite import XLNetLiteConfig
-from .convert import from_hf_xlnet
+from .convert import from_hf_xlnet, hf_class
 
 # Architecture presets (parameter counts with an 8,000-piece vocabulary and the tied LM head).
 MODEL_PRESETS = {
@@ -22,18 +20,13 @@ MODEL_PRESETS = {
 PRETRAINING_ONLY_FIELDS = {"reuse_len": None, "bi_data": False, "use_mems_train": False}
 
 
-def _hf_twin(lite_class):
-    """transformers' XLNet class of an XLNet-Lite class (XLNetLiteForX -> XLNetForX)."""
-    return getattr(transformers, lite_class.__name__.replace("XLNetLite", "XLNet"))
-
-
 def load_model(name_or_path, model_class, *, trust_remote_code=False, **kwargs):
     """`model_class` (an XLNet-Lite class) from an XLNet-Lite folder or Hub id, or from a transformers XLNet
     checkpoint (folder or Hub id, e.g. "xlnet/xlnet-base-cased"), converted exactly. `kwargs` go to
     from_pretrained (config overrides such as num_labels, dropout)."""
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if config.model_type == "xlnet":
-        return from_hf_xlnet(_hf_twin(model_class).from_pretrained(name_or_path, **kwargs))
+        return from_hf_xlnet(hf_class(model_class).from_pretrained(name_or_path, **kwargs))
     return model_class.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
 
 
@@ -41,8 +34,8 @@ def model_from_config(name_or_path, model_class, *, trust_remote_code=False, **k
     """A randomly initialised `model_class` with the architecture of a config (XLNet-Lite or transformers XLNet)."""
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
     if config.model_type == "xlnet":
-        return from_hf_xlnet(_hf_twin(model_class)(config))
-    return model_class(XLNetLiteConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"}))
+        return from_hf_xlnet(hf_class(model_class)(config))
+    return model_class(config)
 
 
 def unigram_log_probs(token_counts, vocab_size):

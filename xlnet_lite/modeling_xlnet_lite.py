@@ -69,6 +69,8 @@ class XLNetLiteLMHeadModelOutput(ModelOutput):
 
 @dataclass
 class XLNetLiteForSequenceClassificationOutput(ModelOutput):
+    """logits: (B, num_labels). The token-classification and multiple-choice outputs have the same fields."""
+
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
@@ -77,25 +79,13 @@ class XLNetLiteForSequenceClassificationOutput(ModelOutput):
 
 
 @dataclass
-class XLNetLiteForTokenClassificationOutput(ModelOutput):
+class XLNetLiteForTokenClassificationOutput(XLNetLiteForSequenceClassificationOutput):
     """logits: (B, T, num_labels), or (B, P, num_labels) with a target_mapping."""
 
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    mems: list[torch.Tensor] | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple | None = None
-
 
 @dataclass
-class XLNetLiteForMultipleChoiceOutput(ModelOutput):
+class XLNetLiteForMultipleChoiceOutput(XLNetLiteForSequenceClassificationOutput):
     """logits: (B, C), one score per choice; mems, hidden states and attentions have B * C rows."""
-
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    mems: list[torch.Tensor] | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple | None = None
 
 
 @dataclass

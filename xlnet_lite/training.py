@@ -334,7 +334,7 @@ def flag_differences(a: RecipeArguments, saved_flags: dict) -> list[str]:
 
 
 def check_resume(a: RecipeArguments, checkpoint: Path):
-    """Refuse a resume whose flags change the model, data or task, naming each difference; note the others."""
+    """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference."""
     state = _read_json(checkpoint / "trainer_state.json") or {}
     saved = state.get("flags", {})
     differences = flag_differences(a, saved)
@@ -361,7 +361,7 @@ def model_fields(model) -> dict:
     config = model.config
     keys = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "untie_r", "attn_type", "num_labels", "problem_type")
     fields = {k: getattr(config, k, None) for k in keys}
-    if getattr(config, "id2label", None) and any(a.endswith("Classification") for a in [type(model).__name__]):
+    if getattr(config, "id2label", None) and type(model).__name__.endswith("Classification"):
         fields["labels"] = [config.id2label[i] for i in sorted(config.id2label)]
     return fields
 
@@ -713,9 +713,6 @@ def exit_on_recipe_error(main, argv, prog):
 
     try:
         return main(argv)
-    except (RecipeError, FileNotFoundError) as error:
+    except (RecipeError, FileNotFoundError, FloatingPointError) as error:
         sys.stderr.write(f"{prog}: error: {error}\n")
-        sys.exit(2)
-    except FloatingPointError as error:
-        sys.stderr.write(f"{prog}: error: {error}\n")
-        sys.exit(1)
+        sys.exit(1 if isinstance(error, FloatingPointError) else 2)
