@@ -1,5 +1,7 @@
 """Shared builders for the model tests: tiny configs, twin models with re-randomised weights, XLNet-style masks."""
 
+import textwrap
+
 import torch
 import transformers
 
@@ -51,3 +53,35 @@ def run_both(hf, lite, impl, **inputs):
     lite.config._attn_implementation = impl
     with torch.no_grad():
         return hf(**inputs), lite(**inputs)
+
+
+# The start of a `python -c` script that must run where xlnet_lite cannot be imported (remote-code tests).
+BLOCK_XLNET_LITE = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "xlnet_lite" or name.startswith("xlnet_lite."):
+                raise ImportError("xlnet_lite is deliberately not importable here")
+    sys.meta_path.insert(0, Block())
+    """
+)
+
+
+def nan_at_training_forward(monkeypatch, model_class, n):
+    """Make the n-th training-mode forward of `model_class` return a NaN loss (evaluation forwards are not
+    counted). Returns the call counter, so a test can reset it."""
+    original = model_class.forward
+    calls = {"train": 0}
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] == n:
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(model_class, "forward", forward)
+    return calls
+

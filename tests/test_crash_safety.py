@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from model_helpers import nan_at_training_forward
 from safetensors.torch import load_file
 from test_pretraining import REPO, assert_same_losses, corpus, read_metrics, tiny_args  # noqa: F401  (corpus is a fixture)
 
@@ -99,18 +100,7 @@ def nan_at_fifth_training_step(monkeypatch):
     """The 5th training forward returns a NaN loss (evaluation forwards are not counted)."""
     import xlnet_lite
 
-    original = xlnet_lite.XLNetLiteLMHeadModel.forward
-    calls = {"train": 0}
-
-    def forward(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
-        if self.training:
-            calls["train"] += 1
-            if calls["train"] == 5:
-                out.loss = out.loss * float("nan")
-        return out
-
-    monkeypatch.setattr(xlnet_lite.XLNetLiteLMHeadModel, "forward", forward)
+    nan_at_training_forward(monkeypatch, xlnet_lite.XLNetLiteLMHeadModel, 5)
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(corpus, tmp_path, nan_at_fifth_training_step):

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from model_helpers import TINY, randomise, run_both, twins
+from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, run_both, twins
 
 import xlnet_lite
 from xlnet_lite import (
@@ -182,14 +182,8 @@ def test_auto_classes_in_process(tmp_path):
     assert squad.config.start_n_top == 3
 
 
-REMOTE = textwrap.dedent(
+REMOTE = BLOCK_XLNET_LITE + textwrap.dedent(
     """
-    import sys, importlib.abc
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "xlnet_lite" or name.startswith("xlnet_lite."):
-                raise ImportError("xlnet_lite is deliberately not importable here")
-    sys.meta_path.insert(0, Block())
     import torch, transformers
     for folder, auto_name in zip(sys.argv[1::2], sys.argv[2::2]):
         model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from model_helpers import TINY, randomise, xlnet_masks
+from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, xlnet_masks
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 import xlnet_lite
@@ -50,14 +50,9 @@ def test_tied_lm_head_survives_save_and_load(tmp_path):
     torch.testing.assert_close(loaded.lm_loss.weight, model.transformer.word_embedding.weight)
 
 
-REMOTE = textwrap.dedent(
+REMOTE = BLOCK_XLNET_LITE + textwrap.dedent(
     """
-    import sys, json, importlib.abc
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "xlnet_lite" or name.startswith("xlnet_lite."):
-                raise ImportError("xlnet_lite is deliberately not importable here")
-    sys.meta_path.insert(0, Block())
+    import sys, json
     import torch, transformers
     folder, auto_name = sys.argv[1], sys.argv[2]
     model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()

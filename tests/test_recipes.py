@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from model_helpers import nan_at_training_forward
 from test_finetune import pretrained, run, run_glue, sentiment_rows, write_rows  # noqa: F401  (pretrained is a fixture)
 from test_hub import FakeHub
 from test_pretraining import REPO, corpus, run_pretraining, straight_run, tiny_args  # noqa: F401  (fixtures)
@@ -146,18 +147,7 @@ def test_finetuning_sigterm_saves_a_checkpoint_and_resumes_to_the_end(tmp_path, 
 
 
 def test_finetuning_nonfinite_loss_stops_naming_the_step_or_skips(tmp_path, pretrained, monkeypatch):  # noqa: F811
-    original = xlnet_lite.XLNetLiteForSequenceClassification.forward
-    calls = {"train": 0}
-
-    def forward(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
-        if self.training:
-            calls["train"] += 1
-            if calls["train"] == 2:
-                out.loss = out.loss * float("nan")
-        return out
-
-    monkeypatch.setattr(xlnet_lite.XLNetLiteForSequenceClassification, "forward", forward)
+    calls = nan_at_training_forward(monkeypatch, xlnet_lite.XLNetLiteForSequenceClassification, 2)
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
     with pytest.raises(FloatingPointError, match="at step 2"):
         run(tmp_path / "a", pretrained, "--train_file", train)

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from model_helpers import BLOCK_XLNET_LITE
 from transformers import AutoTokenizer, XLNetTokenizerFast
 
 import xlnet_lite
@@ -103,14 +104,9 @@ def test_xlnet_tokenizer_fast_works_in_the_pipeline(tokenizer, tmp_path):
 
 
 # Loading the saved tokenizer where xlnet_lite cannot be imported, with transformers' AutoTokenizer alone.
-CLEAN_LOAD = textwrap.dedent(
+CLEAN_LOAD = BLOCK_XLNET_LITE + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "xlnet_lite" or name.startswith("xlnet_lite."):
-                raise ImportError("xlnet_lite is deliberately not importable here")
-    sys.meta_path.insert(0, Block())
+    import json, sys
     from transformers import AutoTokenizer
     loads, texts = json.loads(sys.argv[1]), json.loads(sys.argv[2])
     results = []
