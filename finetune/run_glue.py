@@ -5,7 +5,9 @@
     python finetune/run_glue.py ...                            (one process)
 
 Data: --task_name (GLUE from the Hub), --train_file/--validation_file/--test_file (CSV, TSV or JSON lines with
-`sentence` or `sentence1` + `sentence2`, and `label`), or by default the embedded Rotten Tomatoes split. Model: the
+`sentence` or `sentence1` + `sentence2`, and `label`), or an embedded task (--embedded_task): by default news_topic, the
+topic of an embedded news article (in-domain for the default pretraining, whose corpus leaves out this task's
+validation and test articles), or rotten_tomatoes (movie-review sentiment, out-of-domain). Model: the
 pretraining output (default outputs/pretrain), any XLNet-Lite or transformers XLNet checkpoint (--model_name_or_path,
 folder or Hub id), or a random initialisation (--config_name).
 
@@ -34,6 +36,7 @@ from transformers import AutoConfig
 
 import xlnet_lite
 from xlnet_lite.classification_data import (
+    EMBEDDED_TASKS,
     Labels,
     SegmentCollator,
     check_split,
@@ -65,6 +68,7 @@ class FinetuneArguments(training.RecipeArguments):
     train_file: str | None = field(default=None, metadata={"help": "CSV / TSV / JSON lines: `sentence` or `sentence1`+`sentence2`, and `label`."})
     validation_file: str | None = field(default=None, metadata={"help": "Same columns as --train_file."})
     test_file: str | None = field(default=None, metadata={"help": "Same text columns; `label` optional. Writes predict_results.tsv."})
+    embedded_task: Literal[EMBEDDED_TASKS] = field(default="news_topic", metadata={"help": "Without --task_name / --train_file: the embedded news topics (in-domain) or Rotten Tomatoes (out-of-domain)."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per input (per segment in mems mode), <sep>/<cls> included."})
     long_document_mode: Literal["truncate", "mems"] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: truncate, or read as segments carrying the memory."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
@@ -87,7 +91,7 @@ class FinetuneArguments(training.RecipeArguments):
     max_train_steps: int | None = field(default=None, metadata={"help": "Total optimizer steps; overrides --num_train_epochs."})
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
-        "task_name", "train_file", "validation_file", "model_name_or_path", "config_name", "tokenizer_name",
+        "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
         "max_seq_length", "long_document_mode", "max_train_samples", "mem_len", "mems_backprop", "dropout",
     )
 
@@ -216,7 +220,7 @@ def main(argv=None):
     a, accelerator, checkpoints, resume = training.set_up_run(FinetuneArguments, argv, check=check_args, outputs=OUTPUTS,
                                                               description=__doc__)
     splits = load_splits(task_name=a.task_name, train_file=a.train_file, validation_file=a.validation_file,
-                         test_file=a.test_file)
+                         test_file=a.test_file, embedded_task=a.embedded_task)
     for name, split in splits.items():  # bad columns stop us before the model is loaded
         check_split(split, text_columns(split), needs_label=name != "test")
     labels = read_labels(splits["train"])
@@ -235,12 +239,13 @@ def main(argv=None):
     loaders = {name: make_loader(ds, collator, batch_size=a.per_device_eval_batch_size, shuffle=False, seed=0)[0]
                for name, ds in other_sets.items()}
 
+    train_loader, *prepared = accelerator.prepare(train_loader, *loaders.values())  # sharded: the run is sized per process
+    loaders = dict(zip(loaders, prepared))
     steps_per_epoch = math.ceil(len(train_loader) / a.gradient_accumulation_steps)
     max_steps = a.max_train_steps or a.num_train_epochs * steps_per_epoch
     optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
                                                         layerwise_lr_decay=a.layerwise_lr_decay)
-    model, optimizer, train_loader, scheduler, *prepared = accelerator.prepare(model, optimizer, train_loader, scheduler, *loaders.values())
-    loaders = dict(zip(loaders, prepared))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     eval_sets = {name: (loaders[name], other_sets[name]["labels"]) for name in ("validation", "validation_mismatched")
                  if name in loaders and "labels" in other_sets[name].column_names}
     training.start_tracking(accelerator, a, "run_glue")

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 import xlnet_lite
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
-from xlnet_lite.data import PretrainingStream, build_eval_batches, embedded_news_texts, read_text_documents
+from xlnet_lite.data import PretrainingStream, build_eval_batches, embedded_news_pretraining_texts, read_text_documents
 from xlnet_lite.model_utils import (
     MODEL_PRESETS,
     PRETRAINING_ONLY_FIELDS,
@@ -38,6 +38,7 @@ from xlnet_lite.model_utils import (
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 from xlnet_lite import training
 
+UNLIMITED_STEPS = 10**9  # --max_steps under a time budget without a step limit
 OUTPUTS = ("tokenizer", "metrics.jsonl", "results.json", "loss.png", "config.json", "model.safetensors",
            "generation_config.json", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json",
            "tokenizer_config.json", "special_tokens_map.json", "runs")
@@ -75,7 +76,8 @@ class PretrainingArguments(training.RecipeArguments):
     learning_rate: float = field(default=3e-4, metadata={"help": "Peak learning rate (1e-3 and 3e-3 keep the small preset on the unigram plateau)."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (never on biases and LayerNorm)."})
     num_warmup_steps: int = field(default=100, metadata={"help": "Linear warmup steps (or use --warmup_ratio)."})
-    max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
+    max_steps: int | None = field(default=None, metadata={"help": "Optimizer steps (default: 1000; with --max_train_minutes, no step limit)."})
+    max_train_minutes: float | None = field(default=None, metadata={"help": "Train for this many minutes of optimizer steps; the schedule (linear or cosine) decays to zero at the deadline."})
     eval_steps: int = field(default=250, metadata={"help": "Evaluate every N steps (and at the end)."})
     eval_batches: int = field(default=16, metadata={"help": "Validation batches per evaluation."})
 
@@ -99,6 +101,12 @@ def check_args(a: PretrainingArguments):
         problems.append("--bi_data needs even --per_device_train_batch_size and --per_device_eval_batch_size")
     if not 0 < a.plm_probability < 1:
         problems.append(f"--plm_probability must be in (0, 1), got {a.plm_probability}")
+    if a.max_train_minutes is not None and a.max_train_minutes <= 0:
+        problems.append(f"--max_train_minutes must be > 0, got {a.max_train_minutes}")
+    if a.max_train_minutes is not None and a.warmup_ratio:
+        problems.append("--warmup_ratio needs a known step count; with --max_train_minutes pass --num_warmup_steps")
+    if a.max_steps is None:
+        a.max_steps = 1000 if a.max_train_minutes is None else UNLIMITED_STEPS
     for name in ("max_steps", "eval_steps", "max_span_length", "vocab_size", "eval_batches", "tokenizer_train_documents"):
         if getattr(a, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(a, name)}")
@@ -115,6 +123,8 @@ def check_args(a: PretrainingArguments):
         problems.append(f"--validation_split_percentage must be in (0, 50), got {a.validation_split_percentage}")
     training.raise_problems(problems)
     training.warmup_steps(a, a.max_steps)  # a warmup longer than the run stops here, before any work
+    if a.max_train_minutes is not None:
+        training.TimeBudget(a.max_train_minutes, warmup_steps=0, schedule=a.lr_scheduler_type)  # refuses other schedules
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -143,7 +153,8 @@ def load_corpus(a: PretrainingArguments):
             return raw["train"].skip(200), raw["train"].take(200)
         parts = raw["train"].train_test_split(test_size=a.validation_split_percentage / 100, seed=a.seed, shuffle=False)
         return parts["train"], parts["test"]
-    return split_off_validation(embedded_news_texts(), a.validation_split_percentage, "the embedded news corpus")
+    # the embedded news without the validation and test articles of the news-topic task (finetune/run_glue.py)
+    return split_off_validation(embedded_news_pretraining_texts(), a.validation_split_percentage, "the embedded news corpus")
 
 
 def split_off_validation(texts, percentage, source):
@@ -251,10 +262,13 @@ def main(argv=None):
         init_lm_bias_at_unigram(model, log_probs)
     accelerator.print(f"data: {stream.num_tokens:,} training tokens, {stream.steps_per_epoch} steps per epoch; "
                       f"{len(eval_batches)} validation batches; unigram baseline {baseline:.3f} nats")
-    optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=a.max_steps, num_processes=accelerator.num_processes)
+    budget = None if a.max_train_minutes is None else training.TimeBudget(
+        a.max_train_minutes, warmup_steps=training.warmup_steps(a, a.max_steps), schedule=a.lr_scheduler_type)
+    optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=a.max_steps, budget=budget,
+                                                                 num_processes=accelerator.num_processes)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     training.start_tracking(accelerator, a, "xlnet_lite_pretraining")
-    loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
+    loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root, budget=budget)
     step, mems, records = 0, None, 0
     if resume is not None:
         trainer_state, rank_state, tensors = checkpoints.load(resume, device=accelerator.device)
@@ -270,11 +284,12 @@ def main(argv=None):
     if not finished:
         accelerator.end_training()
         return None
-    return finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream)
+    return finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, steps=finished)
 
 
 def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoints, metrics, *, step, mems):
-    """Optimizer steps until --max_steps (True) or a signal (a checkpoint, then False)."""
+    """Optimizer steps until --max_steps or the --max_train_minutes deadline (returns the step count) or a signal (a
+    checkpoint, then 0)."""
     carried = {"mems": mems}
     tokens_per_step = a.per_device_train_batch_size * a.seq_len * a.gradient_accumulation_steps * accelerator.num_processes
 
@@ -285,14 +300,17 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
         return out.loss
 
     stop = training.StopSignal(accelerator)
-    progress = tqdm(total=a.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="pretraining")
+    budget = loop.budget
+    progress = tqdm(total=None if budget else a.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="pretraining")
     model.train()
     try:
-        while step < a.max_steps:
+        last = step >= a.max_steps or (budget is not None and budget.expired())
+        while not last:
             step += 1
             loop.step((micro_batch for _ in range(a.gradient_accumulation_steps)), step=step, tokens=tokens_per_step)
-            record = loop.window_record(step) if step % a.logging_steps == 0 or step == a.max_steps else None
-            if step % a.eval_steps == 0 or step == a.max_steps:
+            last = step >= a.max_steps or (budget is not None and budget.expired())
+            record = loop.window_record(step) if step % a.logging_steps == 0 or last else None
+            if step % a.eval_steps == 0 or last:
                 record = record or {"step": step}
                 record["eval_loss"] = evaluate(model, eval_batches, accelerator, with_memory=True)
                 record["eval_loss_no_memory"] = evaluate(model, eval_batches, accelerator, with_memory=False)
@@ -306,11 +324,11 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
                 save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, carried["mems"], step, metrics.count)
             if stopping:
                 accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step {step}, exiting")
-                return False
+                return 0
     finally:
         stop.close()
         progress.close()
-    return True
+    return step
 
 
 def save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, mems, step, metrics_records):
@@ -322,15 +340,16 @@ def save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, mems, s
     checkpoints.save(step, trainer_state=trainer_state, rank_state=rank_state, rank_tensors=tensors)
 
 
-def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream):
+def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, *, steps):
     """results.json, loss.png and the model (training-only config fields reset), each written atomically."""
     records = metrics.records()
     evals = [r for r in records if "eval_loss" in r]
     trained = [r for r in records if "tokens_per_second" in r]
     results = {
-        "steps": a.max_steps,
+        "steps": steps,
+        "max_train_minutes": a.max_train_minutes,
         "parameters": accelerator.unwrap_model(model).num_parameters(),
-        "train_tokens_seen": a.max_steps * a.per_device_train_batch_size * a.seq_len * a.gradient_accumulation_steps
+        "train_tokens_seen": steps * a.per_device_train_batch_size * a.seq_len * a.gradient_accumulation_steps
         * accelerator.num_processes,
         "corpus_tokens": stream.num_tokens * accelerator.num_processes,
         "train_seconds": loop.elapsed,

@@ -5,7 +5,10 @@ import csv
 import importlib.util
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -399,3 +402,25 @@ def test_same_seed_same_losses(tmp_path, pretrained):
         results, out = run(tmp_path / name, pretrained, "--train_file", train, "--validation_file", train)
         histories.append((json.loads((out / "history.json").read_text()), results["eval_accuracy"]))
     assert histories[0] == histories[1]
+
+
+def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
+    """With N processes each epoch is len(data) / (batch * N) optimizer steps: the schedule and the epoch ends are
+    sized from the sharded loader (16 examples, batch 4, 2 ranks: 2 steps an epoch)."""
+    rows = sentiment_rows(repeat=2)[:16]
+    assert len(rows) == 16
+    write_rows(tmp_path / "train.csv", rows)
+    write_rows(tmp_path / "dev.csv", rows[:6])
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(ROOT / "finetune" / "run_glue.py"), "--model_name_or_path", str(pretrained), "--train_file",
+           str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "dev.csv"), "--output_dir", str(tmp_path / "out"),
+           "--num_train_epochs", "2", "--per_device_train_batch_size", "4", "--max_seq_length", "16",
+           "--learning_rate", "1e-3", "--num_warmup_steps", "1", "--logging_steps", "1"]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    history = json.loads((tmp_path / "out" / "history.json").read_text())
+    assert [(h["step"], h["epoch"]) for h in history] == [(2, 1), (4, 2)]
+    rates = [m["learning_rate"] for m in map(json.loads, (tmp_path / "out" / "metrics.jsonl").read_text().splitlines())
+             if "learning_rate" in m]
+    assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it

@@ -14,9 +14,10 @@ import torch
 from model_helpers import nan_at_training_forward
 from test_finetune import pretrained, run, run_glue, sentiment_rows, write_rows  # noqa: F401  (pretrained is a fixture)
 from test_hub import FakeHub
-from test_pretraining import REPO, corpus, run_pretraining, straight_run, tiny_args  # noqa: F401  (fixtures)
+from test_pretraining import REPO, corpus, read_metrics, run_pretraining, straight_run, tiny_args  # noqa: F401  (fixtures)
 
 import xlnet_lite
+from xlnet_lite import training
 from xlnet_lite.training import RecipeArguments, parse_args
 
 PRETRAIN = str(REPO / "pretrain" / "run_pretraining.py")
@@ -244,3 +245,39 @@ def test_finetuning_output_folder_guard_resume_check_and_file_modes(tmp_path, pr
     assert config["reuse_len"] is None and config["use_mems_train"] is False
     run(tmp_path, pretrained, "--train_file", train, "--overwrite_output_dir", epochs=1)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_3"]  # the old run's step_2 is gone
+
+
+def test_time_budget_schedule_decays_to_zero_at_the_deadline():
+    budget = training.TimeBudget(1.0, warmup_steps=4, schedule="linear")
+    assert [budget.lr_lambda(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]  # warmup counts steps
+    for elapsed, linear in ((0.0, 1.0), (15.0, 0.75), (30.0, 0.5), (60.0, 0.0), (90.0, 0.0)):
+        budget.elapsed = elapsed
+        assert budget.lr_lambda(10) == pytest.approx(linear) and budget.expired() == (elapsed >= 60)
+    budget.elapsed = 59.0
+    assert budget.lr_lambda(1) == pytest.approx(1 / 60)  # a deadline inside the warmup still ends at zero
+    cosine = training.TimeBudget(1.0, warmup_steps=0, schedule="cosine")
+    cosine.elapsed = 30.0
+    assert cosine.lr_lambda(10) == pytest.approx(0.5)
+    with pytest.raises(training.RecipeError, match="polynomial cannot follow a time budget"):
+        training.TimeBudget(1.0, warmup_steps=0, schedule="polynomial")
+
+
+def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path):
+    args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000")
+    i = args.index("--max_steps")
+    del args[i:i + 2]  # no step limit: the budget ends the run
+    results = run_pretraining.main(args)
+    records = [m for m in read_metrics(tmp_path / "budget") if "loss" in m]
+    assert results["steps"] == records[-1]["step"] > 2 and results["max_train_minutes"] == 0.05
+    assert results["train_seconds"] >= 3.0  # stopped at the deadline, not before
+    rates = [m["learning_rate"] for m in records]
+    assert rates[-1] == 0.0 and all(b <= a for a, b in zip(rates[1:], rates[2:]))  # warmup, then down to zero
+    assert "eval_loss" in read_metrics(tmp_path / "budget")[-1]  # the deadline's step is evaluated
+
+
+def test_time_budget_flags_are_checked_before_any_work(corpus, tmp_path):
+    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "a", "--max_train_minutes", "0")), "--max_train_minutes must be > 0")
+    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "b", "--max_train_minutes", "1", "--warmup_ratio", "0.1")),
+                   "--warmup_ratio needs a known step count")
+    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "c", "--max_train_minutes", "1", "--lr_scheduler_type",
+                                           "polynomial")), "polynomial cannot follow a time budget")

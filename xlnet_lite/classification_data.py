@@ -1,5 +1,5 @@
 """Sentence(-pair) classification and regression data for finetuning: GLUE, CSV / TSV / JSON-lines files or the
-embedded Rotten Tomatoes split; label sets, XLNet's layout (`A <sep> B <sep> <cls>`, padded on the LEFT) and long
+embedded tasks (news topics, Rotten Tomatoes); label sets, XLNet's layout (`A <sep> B <sep> <cls>`, padded on the LEFT) and long
 documents cut into segments for the Transformer-XL memory. Every error names the file (or split) and the column."""
 
 from __future__ import annotations
@@ -30,18 +30,26 @@ class Split:
     source: str
 
 
-def load_splits(*, task_name=None, train_file=None, validation_file=None, test_file=None) -> dict[str, Split]:
+EMBEDDED_TASKS = ("news_topic", "rotten_tomatoes")
+
+
+def load_splits(*, task_name=None, train_file=None, validation_file=None, test_file=None,
+                embedded_task="news_topic") -> dict[str, Split]:
     """train, validation (validation_mismatched for MNLI) and optionally test: a GLUE task from the Hub, files, or
-    by default the embedded Rotten Tomatoes split."""
+    an embedded task (`news_topic`: xlnet_lite.data.embedded_news_topics, in-domain for the default pretraining;
+    `rotten_tomatoes`: xlnet_lite.data.embedded_rotten_tomatoes, out-of-domain)."""
     if task_name:
         return _glue_splits(task_name)
     if train_file:
         files = {"train": train_file, "validation": validation_file, "test": test_file}
         return {name: Split(load_data_file(path), path) for name, path in files.items() if path}
-    from .data import embedded_rotten_tomatoes
+    from .data import embedded_news_topics, embedded_rotten_tomatoes
 
-    ds = embedded_rotten_tomatoes()
-    return {name: Split(ds[name].select_columns(["sentence", "label"]), f"embedded Rotten Tomatoes ({name} split)") for name in ds}
+    if embedded_task not in EMBEDDED_TASKS:
+        raise RecipeError(f"unknown embedded task {embedded_task!r}; choose one of {', '.join(EMBEDDED_TASKS)}")
+    ds, title = ((embedded_news_topics(), "embedded news topics") if embedded_task == "news_topic"
+                 else (embedded_rotten_tomatoes(), "embedded Rotten Tomatoes"))
+    return {name: Split(ds[name].select_columns(["sentence", "label"]), f"{title} ({name} split)") for name in ds}
 
 
 def _glue_splits(task):

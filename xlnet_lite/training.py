@@ -549,16 +549,59 @@ def parameter_groups(model, *, learning_rate, weight_decay, layerwise_lr_decay=1
             for (depth, wd), params in sorted(groups.items())]
 
 
-def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_processes, layerwise_lr_decay=1.0):
+def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_processes, layerwise_lr_decay=1.0,
+                                  budget: "TimeBudget | None" = None):
+    """Fused AdamW over `parameter_groups`, and transformers' schedule over `max_steps` (or, with a `budget`, one that
+    decays to zero at the budget's deadline)."""
     groups = parameter_groups(model, learning_rate=a.learning_rate, weight_decay=a.weight_decay,
                               layerwise_lr_decay=layerwise_lr_decay)
     fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
     optimizer = torch.optim.AdamW(groups, lr=a.learning_rate, eps=a.adam_epsilon, fused=fused)  # one kernel, not 5 per tensor
+    if budget is not None:
+        return optimizer, make_budget_scheduler(optimizer, budget, num_processes=num_processes)
     # A prepared scheduler steps once per process per optimizer step.
     scheduler = get_scheduler(a.lr_scheduler_type, optimizer,
                               num_warmup_steps=warmup_steps(a, max_steps) * num_processes,
                               num_training_steps=max(max_steps, 1) * num_processes)
     return optimizer, scheduler
+
+
+class TimeBudget:
+    """A wall-clock budget for the optimizer steps (`--max_train_minutes`): the learning rate warms up over the first
+    `warmup_steps` steps, then decays to zero at the deadline (linear or cosine in the fraction of the budget spent,
+    as "How to Train BERT with an Academic Budget" and "Cramming" tie the schedule to the time left), and training
+    stops there. The clock counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes,
+    kept in checkpoints), not evaluation or checkpoint writing. A run's step count then depends on the machine's
+    speed, so two runs are not bit-identical as step-bounded ones are."""
+
+    SCHEDULES = ("linear", "cosine", "constant_with_warmup")
+
+    def __init__(self, minutes: float, *, warmup_steps: int, schedule: str = "linear"):
+        if schedule not in self.SCHEDULES:
+            raise RecipeError(f"--lr_scheduler_type {schedule} cannot follow a time budget (--max_train_minutes); use "
+                              f"one of {', '.join(self.SCHEDULES)}")
+        self.seconds, self.warmup_steps, self.schedule = minutes * 60.0, warmup_steps, schedule
+        self.elapsed = 0.0  # set by TrainLoop after each step
+
+    def fraction(self) -> float:
+        return min(self.elapsed / self.seconds, 1.0)
+
+    def expired(self) -> bool:
+        return self.elapsed >= self.seconds
+
+    def lr_lambda(self, step: int) -> float:
+        """The smaller of the warmup ramp (by steps) and the decay (by time): continuous at the warmup's end, and zero
+        at the deadline even when the deadline falls inside the warmup."""
+        warmup = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
+        if self.schedule == "constant_with_warmup":
+            return warmup
+        done = self.fraction()
+        return min(warmup, 1.0 - done if self.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * done)))
+
+
+def make_budget_scheduler(optimizer, budget: TimeBudget, *, num_processes):
+    """A LambdaLR following `budget` (a prepared scheduler steps once per process per optimizer step)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: budget.lr_lambda(s // num_processes))
 
 
 def start_tracking(accelerator, a: RecipeArguments, project_name):
@@ -623,9 +666,10 @@ class StopSignal:
 class TrainLoop:
     """Optimizer steps (gradient accumulation, clipping, schedule, non-finite guard) and their metrics."""
 
-    def __init__(self, a: RecipeArguments, accelerator, model, optimizer, scheduler, *, checkpoints_dir):
+    def __init__(self, a: RecipeArguments, accelerator, model, optimizer, scheduler, *, checkpoints_dir, budget=None):
         self.a, self.accelerator, self.model = a, accelerator, model
         self.optimizer, self.scheduler, self.checkpoints_dir = optimizer, scheduler, checkpoints_dir
+        self.budget = budget
         self.skipped, self.elapsed = 0, 0.0
         self._window = [0.0, 0, 0, time.perf_counter()]  # loss sum, steps, tokens, start
 
@@ -644,6 +688,8 @@ class TrainLoop:
                         if self.a.max_grad_norm > 0:
                             acc.clip_grad_norm_(self.model.parameters(), self.a.max_grad_norm)
                         self.optimizer.step()
+                        if self.budget is not None:  # the next learning rate from the clock at this step's end
+                            self._tick_budget(self.elapsed + time.perf_counter() - start)
                         self.scheduler.step()
                 if acc.sync_gradients:
                     self.optimizer.zero_grad(set_to_none=True)
@@ -656,6 +702,13 @@ class TrainLoop:
         w = self._window
         w[0], w[1], w[2] = w[0] + mean, w[1] + 1, w[2] + tokens
         return mean
+
+    def _tick_budget(self, elapsed: float):
+        """Every process takes the slowest one's clock, so all set the same learning rate and stop at the same step."""
+        clock = torch.tensor([elapsed], dtype=torch.float64, device=self.accelerator.device)
+        if self.accelerator.num_processes > 1:
+            clock = self.accelerator.reduce(clock, "max")
+        self.budget.elapsed = float(clock.item())
 
     def _nonfinite(self, loss, step) -> bool:
         """Agreed across ranks: one rank's NaN skips (or stops) every rank, so no rank waits for another."""
@@ -689,6 +742,8 @@ class TrainLoop:
 
     def load_state_dict(self, state):
         self.skipped, self.elapsed = state.get("skipped", 0), state.get("elapsed", 0.0)
+        if self.budget is not None:
+            self.budget.elapsed = self.elapsed
 
 
 # ---------------------------------------------------------------------------------------------------------
