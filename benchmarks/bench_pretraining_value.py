@@ -3,7 +3,7 @@ permutation LM, the same architecture from random initialisation, and a BERT of 
 pretrained with transformers' BertForMaskedLM + DataCollatorForLanguageModeling on the same text (its learning rate
 from a short sweep); each finetuned on the in-domain news-topic task and on Rotten Tomatoes, several seeds.
 
-    python benchmarks/bench_pretraining_value.py --budgets 4 8 --seeds 0 1 2 \
+    python benchmarks/bench_pretraining_value.py --budgets 3 6 --seeds 0 1 2 \
         --out benchmarks/results/pretraining_value.json --plot benchmarks/results/pretraining_value.png
 
 Pretraining: `pretrain/run_pretraining.py --max_train_minutes M` (the small preset, its defaults: batch 16, seq_len
@@ -160,11 +160,11 @@ def plot(table, budgets, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budgets", type=float, nargs="+", default=[4.0, 8.0], help="Pretraining minutes.")
+    parser.add_argument("--budgets", type=float, nargs="+", default=[3.0, 6.0], help="Pretraining minutes.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Finetuning seeds.")
-    parser.add_argument("--bert_lrs", type=float, nargs="+", default=[3e-4, 1e-3, 2e-3], help="BERT learning-rate sweep.")
-    parser.add_argument("--sweep_minutes", type=float, default=2.0, help="Pretraining minutes of each sweep run.")
-    parser.add_argument("--rt_train_samples", type=int, default=2000)
+    parser.add_argument("--bert_lrs", type=float, nargs="+", default=[3e-4, 1e-3], help="BERT learning-rate sweep.")
+    parser.add_argument("--sweep_minutes", type=float, default=1.5, help="Pretraining minutes of each sweep run.")
+    parser.add_argument("--rt_train_samples", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs_dir", default="benchmarks/runs/pretraining_value")
     parser.add_argument("--out", default="benchmarks/results/pretraining_value.json")

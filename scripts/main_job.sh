@@ -7,6 +7,12 @@
 # classifiers), outputs/news_topic/comparison.json (the table this script ends with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for arg in "$@"; do
+  if [ "$arg" != "--overwrite_output_dir" ]; then
+    echo "main_job.sh: error: unknown argument $arg (the only one is --overwrite_output_dir; run the recipes themselves for other flags)" >&2
+    exit 2
+  fi
+done
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 LAUNCH=(accelerate launch --cpu --num_processes 1 --num_machines 1 --num_cpu_threads_per_process "$OMP_NUM_THREADS"
         --dynamo_backend no --mixed_precision no)
