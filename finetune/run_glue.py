@@ -239,8 +239,8 @@ def main(argv=None):
     loaders = {name: make_loader(ds, collator, batch_size=a.per_device_eval_batch_size, shuffle=False, seed=0)[0]
                for name, ds in other_sets.items()}
 
-    train_loader, *prepared = accelerator.prepare(train_loader, *loaders.values())  # sharded: the run is sized per process
-    loaders = dict(zip(loaders, prepared))
+    train_loader = accelerator.prepare(train_loader)  # sharded: the run is sized per process
+    loaders = {name: accelerator.prepare(loader) for name, loader in loaders.items()}
     steps_per_epoch = math.ceil(len(train_loader) / a.gradient_accumulation_steps)
     max_steps = a.max_train_steps or a.num_train_epochs * steps_per_epoch
     optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
