@@ -268,7 +268,7 @@ def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path)
     del args[i:i + 2]  # no step limit: the budget ends the run
     results = run_pretraining.main(args)
     records = [m for m in read_metrics(tmp_path / "budget") if "loss" in m]
-    assert results["steps"] == records[-1]["step"] > 2 and results["max_train_minutes"] == 0.05
+    assert results["steps"] == records[-1]["step"] >= 1 and results["max_train_minutes"] == 0.05  # as many as fit
     assert results["train_seconds"] >= 3.0  # stopped at the deadline, not before
     rates = [m["learning_rate"] for m in records]
     assert rates[-1] == 0.0 and all(b <= a for a, b in zip(rates[1:], rates[2:]))  # warmup, then down to zero
