@@ -74,11 +74,12 @@ def pretrain_xlnet(runs, minutes, env):
 
 
 def pretraining_texts():
-    from run_pretraining import split_off_validation
+    """The XLNet-Lite run's (train, validation) documents: the recipe's default corpus."""
+    from run_pretraining import PretrainingArguments, load_corpus
 
-    from xlnet_lite.data import embedded_news_pretraining_texts
+    from xlnet_lite.training import parse_args
 
-    return split_off_validation(embedded_news_pretraining_texts(), 2.0, "the embedded news corpus")
+    return load_corpus(parse_args(PretrainingArguments, []))
 
 
 def pretrain_bert(runs, minutes, learning_rate, tokenizer_path, tag=""):

@@ -19,10 +19,12 @@ C_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 
 def _texts(split):
-    columns = split.data.column_names
-    if "sentence2" in columns:
-        return [f"{a} {b}" for a, b in zip(split.data["sentence1"], split.data["sentence2"])]
-    return list(split.data["sentence" if "sentence" in columns else "sentence1"])
+    from .classification_data import text_columns
+
+    first, second = text_columns(split)
+    if second is not None:
+        return [f"{a} {b}" for a, b in zip(split.data[first], split.data[second])]
+    return list(split.data[first])
 
 
 def tfidf_baseline(splits) -> dict:

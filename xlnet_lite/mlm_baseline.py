@@ -18,7 +18,6 @@ import copy
 import math
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -76,22 +75,6 @@ def bert_config_like(xlnet_config_or_preset, vocab_size, max_position_embeddings
         layer_norm_eps=get("layer_norm_eps", 1e-12),
         pad_token_id=pad_token_id,
     )
-
-
-def _parameter_groups(model, *, learning_rate, weight_decay):
-    """`training.parameter_groups` (no decay on biases and LayerNorm weights) for a BERT model: that rule reads
-    `config.n_layer`, which BertConfig calls num_hidden_layers."""
-    view = SimpleNamespace(config=SimpleNamespace(n_layer=model.config.num_hidden_layers),
-                           named_children=model.named_children, named_parameters=model.named_parameters,
-                           _parameters=model._parameters)
-    return training.parameter_groups(view, learning_rate=learning_rate, weight_decay=weight_decay)
-
-
-def _adamw(model, *, learning_rate, weight_decay, eps):
-    """AdamW as the recipes make it (`training.make_optimizer_and_scheduler`): fused on CPU and CUDA."""
-    groups = _parameter_groups(model, learning_rate=learning_rate, weight_decay=weight_decay)
-    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
-    return torch.optim.AdamW(groups, lr=learning_rate, eps=eps, fused=fused)
 
 
 def bert_tokenizer(tokenizer):
@@ -214,13 +197,13 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
     counts = np.bincount(blocks.flatten().numpy(), minlength=vocab_size)
     counts[list(tokenizer.all_special_ids)] = 0  # never targets
     log_probs = unigram_log_probs(counts, vocab_size)
-    init_lm_bias_at_unigram(SimpleNamespace(lm_loss=model.cls.predictions), log_probs)  # decoder.bias is this tensor
+    init_lm_bias_at_unigram(model, log_probs)  # decoder.bias, tied to cls.predictions.bias
     model.to(device).train()
     parameters = model.num_parameters()
     log(f"mlm baseline: BERT {parameters / 1e6:.2f}M parameters ({config.num_hidden_layers} layers, hidden "
         f"{config.hidden_size}); {len(blocks)} blocks of {seq_len} tokens; vocab {vocab_size}; {minutes} minutes")
 
-    optimizer = _adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
+    optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
     budget = training.TimeBudget(minutes, warmup_steps=warmup_steps, schedule="linear")
     scheduler = training.make_budget_scheduler(optimizer, budget, num_processes=1)
     order = _block_order(len(blocks), batch_size, seed)
@@ -323,7 +306,7 @@ def finetune_bert_classifier(model_path_or_config, tokenizer, splits, *, seed, e
     """Finetune a BertForSequenceClassification from a `pretrain_mlm` folder (or a random one from a BertConfig) on
     `splits` (`classification_data.load_splits`: train, validation, test; a `sentence` column and a `label`
     column, ints, strings or ClassLabel, mapped as `read_labels` does). As `finetune/run_glue.py`: AdamW over
-    `training.parameter_groups` (eps 1e-6), linear schedule over epochs * steps, gradients clipped at 1.0, the
+    `training.make_adamw` (eps 1e-6), linear schedule over epochs * steps, gradients clipped at 1.0, the
     batches of `SegmentCountBatchSampler` (the same batches, in the same order, as run_glue.py with this seed), the
     validation accuracy after each epoch, the best epoch's weights (kept in memory; the first on ties) for the test
     accuracy. `train_seconds` counts the training steps only."""
@@ -365,7 +348,7 @@ def finetune_bert_classifier(model_path_or_config, tokenizer, splits, *, seed, e
 
     sampler = SegmentCountBatchSampler(np.ones(len(train), dtype=np.int64), batch_size, shuffle=True, seed=seed)
     steps_per_epoch = len(sampler)
-    optimizer = _adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
+    optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
     scheduler = get_scheduler("linear", optimizer, num_warmup_steps=warmup_steps,
                               num_training_steps=max(epochs * steps_per_epoch, 1))
 

@@ -46,10 +46,10 @@ def unigram_log_probs(token_counts, vocab_size):
 
 
 def init_lm_bias_at_unigram(model, log_probs):
-    """From scratch, the LM head's bias starts at the unigram log-probabilities (centred), so the first steps learn
-    context instead of word frequencies."""
+    """From scratch, the LM head's bias (`get_output_embeddings().bias`: XLNet's lm_loss, BERT's decoder) starts at
+    the unigram log-probabilities (centred), so the first steps learn context instead of word frequencies."""
     with torch.no_grad():
-        model.lm_loss.bias.copy_(torch.from_numpy(log_probs - log_probs.mean()))
+        model.get_output_embeddings().bias.copy_(torch.from_numpy(log_probs - log_probs.mean()))
 
 
 def unigram_cross_entropy(log_probs, labels):

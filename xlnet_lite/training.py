@@ -531,7 +531,7 @@ def parameter_groups(model, *, learning_rate, weight_decay, layerwise_lr_decay=1
     lr * decay^(L-1-l), the rest of the transformer (embeddings, mask_emb, shared biases) lr * decay^L and the
     head lr."""
     decay_names = {n for n in get_parameter_names(model, [torch.nn.LayerNorm]) if "bias" not in n}
-    n_layer, has_head = model.config.n_layer, hasattr(model, "transformer")
+    n_layer, has_head = model.config.num_hidden_layers, hasattr(model, "transformer")  # transformers' name (XLNet: n_layer)
     groups = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
@@ -549,14 +549,20 @@ def parameter_groups(model, *, learning_rate, weight_decay, layerwise_lr_decay=1
             for (depth, wd), params in sorted(groups.items())]
 
 
+def make_adamw(model, *, learning_rate, weight_decay, eps, layerwise_lr_decay=1.0):
+    """AdamW over `parameter_groups`, fused on CPU and CUDA (one kernel, not 5 per tensor)."""
+    groups = parameter_groups(model, learning_rate=learning_rate, weight_decay=weight_decay,
+                              layerwise_lr_decay=layerwise_lr_decay)
+    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=learning_rate, eps=eps, fused=fused)
+
+
 def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_processes, layerwise_lr_decay=1.0,
                                   budget: "TimeBudget | None" = None):
     """Fused AdamW over `parameter_groups`, and transformers' schedule over `max_steps` (or, with a `budget`, one that
     decays to zero at the budget's deadline)."""
-    groups = parameter_groups(model, learning_rate=a.learning_rate, weight_decay=a.weight_decay,
-                              layerwise_lr_decay=layerwise_lr_decay)
-    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
-    optimizer = torch.optim.AdamW(groups, lr=a.learning_rate, eps=a.adam_epsilon, fused=fused)  # one kernel, not 5 per tensor
+    optimizer = make_adamw(model, learning_rate=a.learning_rate, weight_decay=a.weight_decay, eps=a.adam_epsilon,
+                           layerwise_lr_decay=layerwise_lr_decay)
     if budget is not None:
         return optimizer, make_budget_scheduler(optimizer, budget, num_processes=num_processes)
     # A prepared scheduler steps once per process per optimizer step.
@@ -581,7 +587,7 @@ class TimeBudget:
             raise RecipeError(f"--lr_scheduler_type {schedule} cannot follow a time budget (--max_train_minutes); use "
                               f"one of {', '.join(self.SCHEDULES)}")
         self.seconds, self.warmup_steps, self.schedule = minutes * 60.0, warmup_steps, schedule
-        self.elapsed = 0.0  # set by TrainLoop after each step
+        self.elapsed = 0.0  # set by the training loop before each scheduler step
 
     def fraction(self) -> float:
         return min(self.elapsed / self.seconds, 1.0)
