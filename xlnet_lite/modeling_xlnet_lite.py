@@ -134,7 +134,7 @@ class AttentionInputs:
     seg_query_h: torch.Tensor | None  # (B, T) long segment ids of the content-stream queries; None = no segments
     seg_query_g: torch.Tensor | None  # (B, P) long segment ids of the predicted tokens
     seg_keys: torch.Tensor | None  # (B, K) long segment ids of the keys, memory as segment 0
-    seg_classes: int  # number of segment ids (max id + 1)
+    seg_classes: int  # number of segment ids (max id + 1); 0 with seg_keys = the segment term as a bias (compiled)
     query_pos: torch.Tensor | None  # (B, P) long, position of each predicted token
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
     fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
@@ -215,11 +215,13 @@ def rel_shift(x, *, qlen, klen, query_pos=None):
     holds distance (mlen + pos_i) - j. Positions beyond R only occur at keys a "uni" model masks.
     """
     B, N, Q, R = x.shape
-    if query_pos is None:  # content stream: a strided view, no copy (rows of R contiguous scores, any B/N layout;
-        # Q may be T + 1: predict_next's query row at position T continues the content rows)
+    if query_pos is None:  # content stream: a view, no copy. Row i of the result starts qlen - i columns into row i
+        # of x, i.e. at flat offset qlen + i * (R - 1): rows of R - 1 from offset qlen. Q may be T + 1 (predict_next's
+        # query row at position T continues the content rows). Needs each row's R scores contiguous (any B/N layout).
         if x.stride(3) != 1 or x.stride(2) != R:
             x = x.contiguous()
-        return torch.as_strided(x, (B, N, Q, klen), (x.stride(0), x.stride(1), R - 1, 1), x.storage_offset() + qlen)
+        rows = x.flatten(2)[:, :, qlen:qlen + Q * (R - 1)]  # (B, N, Q * (R - 1))
+        return rows.unflatten(2, (Q, R - 1))[..., :klen]
     index = (qlen - query_pos)[:, None, :, None] + torch.arange(klen, device=x.device)  # (B, 1, P, K)
     index = index.clamp_(max=R - 1).expand(B, N, -1, -1)  # (B, N, P, K)
     return x.gather(3, index)
@@ -249,6 +251,7 @@ class Dropout(nn.Module):
 
     Same distribution as nn.Dropout to within 2e-5 in p, but drawing the mask with `random_` on int32 and using both
     16-bit halves is 3-4x cheaper on CPU than `bernoulli_`, which is a fifth of a CPU training step otherwise.
+    Under torch.compile it is F.dropout, whose mask the compiler generates fused into the kernels around it.
     """
 
     def __init__(self, p):
@@ -258,6 +261,8 @@ class Dropout(nn.Module):
     def forward(self, x):
         if not self.training or self.p == 0.0:
             return x
+        if torch.compiler.is_compiling():
+            return F.dropout(x, self.p, training=True)
         n = x.numel()
         bits = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # 31 random bits each
         bits = bits.view(torch.int16)[:n].view(x.shape) & 0x7FFF  # 15 uniform bits per element
@@ -316,18 +321,19 @@ class XLNetLiteRelativeAttention(nn.Module):
             kr = cache.relative_keys(self.layer_idx, klen=k.shape[2], num_positions=ai.num_positions)
         if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
             kr = kr.repeat_interleave(h.shape[0] // 2, dim=0)  # (B, N, D, R)
-        if ai.seg_keys is not None:
+        if ai.seg_classes:
             same_k = F.one_hot(ai.seg_keys, ai.seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)
             k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
         return k, v, kr
 
-    def attend(self, q, keys, *, biases, seg_q, seg_classes, blocked, no_key, query_pos, qlen, eager):
+    def attend(self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, eager):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
 
         q (B, Q, N, D) with Q = T (content stream) or P (query stream, rows at query_pos). The segment term
         (q+b)s_same/diff is computed exactly as extra dims of the q.k product: with same_ij = onehot(seg_i) .
         onehot(seg_j), (q+b)s = (q+b)s_diff + [(q+b)(s_same - s_diff)] same_ij, and the first part is the same for
-        every key of a row, so softmax drops it. Returns (B, Q, N*D) and the probabilities (explicit path only).
+        every key of a row, so softmax drops it. Under torch.compile (seg_classes 0: counting the segment ids would
+        read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns (B, Q, N*D) and the probabilities (explicit path only).
         A query that may see no key attends to nothing.
         """
         k, v, kr = keys
@@ -338,8 +344,13 @@ class XLNetLiteRelativeAttention(nn.Module):
         q_aug = q + u[:, None]
         if seg_q is not None:
             seg = (q + b[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different segment
-            same_q = F.one_hot(seg_q, seg_classes).to(q.dtype)[:, None]  # (B, 1, Q, C)
-            q_aug = torch.cat([q_aug, (seg[..., :1] - seg[..., 1:]) * same_q], dim=-1)  # (B, N, Q, D + C)
+            gain = seg[..., :1] - seg[..., 1:]  # (B, N, Q, 1): what a same-segment key adds
+            if seg_classes:
+                same_q = F.one_hot(seg_q, seg_classes).to(q.dtype)[:, None]  # (B, 1, Q, C)
+                q_aug = torch.cat([q_aug, gain * same_q], dim=-1)  # (B, N, Q, D + C)
+            else:
+                same = (seg_q[:, :, None] == seg_keys[:, None, :])[:, None]  # (B, 1, Q, K)
+                pos = pos + (gain * self.scale) * same.to(q.dtype)  # (B, N, Q, K)
         if eager:
             score = (q_aug * self.scale) @ k.transpose(-1, -2) + pos  # (B, N, Q, K)
             if blocked is not None:
@@ -365,7 +376,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         Returns h, g, (prob_h, prob_g); with content=False the content stream is skipped (h returned unchanged),
         for the last layer of a model whose output is the query stream."""
         keys = self.keys(h, mem, ai, cache=cache)
-        core = dict(biases=biases, seg_classes=ai.seg_classes, qlen=h.shape[1], eager=eager)
+        core = dict(biases=biases, seg_classes=ai.seg_classes, seg_keys=ai.seg_keys, qlen=h.shape[1], eager=eager)
         if ai.fused_query and content:
             return self.fused_streams(h, g, keys, ai, core)
         out_h, prob_h = h, None
@@ -612,7 +623,8 @@ def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping,
             raise ValueError(f"{name} must have shape (B, T) = {(B, T)}, got {tuple(x.shape)}")
     if token_type_ids is not None and (token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool):
         raise ValueError(f"token_type_ids must be an integer tensor (segment ids), got {token_type_ids.dtype}")
-    if token_type_ids is not None and token_type_ids.numel() and int(token_type_ids.min()) < 0:
+    if token_type_ids is not None and token_type_ids.numel() and not torch.compiler.is_compiling() \
+            and int(token_type_ids.min()) < 0:
         raise ValueError(f"token_type_ids must be segment ids >= 0, got {int(token_type_ids.min())}")
     if attention_mask is not None and input_mask is not None:
         raise ValueError("Pass only one of attention_mask (0 = padding) or input_mask (1 = padding)")
@@ -675,11 +687,20 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if reuse_len:
             h = h[:, :reuse_len]
         new = h if prev_mem is None else torch.cat([prev_mem, h], dim=1)  # (B, M', H)
-        return (new[:, -mem_len:] if mem_len else new).detach()
+        # contiguous: a view would keep the whole concatenation alive, and its strides (which change while the memory
+        # fills) would make torch.compile recompile for memories of equal shape
+        return (new[:, -mem_len:] if mem_len else new).detach().contiguous()
 
     def attention_inputs(self, *, perm_mask, pad_mask, token_type_ids, target_mapping, qlen, mlen, device,
                          predict_next=False, mem_pad=None, cache=None):
         cfg = self.config
+        # Shortcuts that read the data ("is anything blocked?", "how many segment ids?") skip work in eager mode; under
+        # torch.compile they would break the graph, so there the masks are always applied.
+        shortcuts = not torch.compiler.is_compiling()
+
+        def any_or_none(mask):
+            return mask if mask is None or not shortcuts or bool(mask.any()) else None
+
         if predict_next:  # the masks of a dummy token at position T (row and key T), as transformers' XLNet appends one
             pad_mask = None if pad_mask is None else F.pad(pad_mask, (0, 1), value=False)  # (B, T + 1)
         blocked = blocked_positions(
@@ -697,15 +718,15 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         elif target_mapping is not None:
             valid = (target_mapping != 0).any(-1)  # (B, P)
             query_pos = (target_mapping != 0).to(torch.uint8).argmax(-1)  # (B, P) position of the one-hot entry
-            query_valid = None if bool(valid.all()) else valid[:, :, None]
+            query_valid = None if shortcuts and bool(valid.all()) else valid[:, :, None]
             if blocked is not None:
                 blocked_g = gather_rows(blocked, query_pos)[:, None]  # (B, 1, P, K)
         no_key_g = None
         if blocked_g is not None:
-            no_key_g = blocked_g.all(-1, keepdim=True)  # (B, 1, P, 1)
-            no_key_g = no_key_g if bool(no_key_g.any()) else None
-            blocked_g = blocked_g if bool(blocked_g.any()) else None
+            no_key_g = any_or_none(blocked_g.all(-1, keepdim=True))  # (B, 1, P, 1)
+            blocked_g = any_or_none(blocked_g)
         blocked_h = blocked if predict_next else content_stream_mask(blocked, qlen=qlen, mlen=mlen)
+        blocked_h = any_or_none(blocked_h)
         pos_emb = None
         if cache is None:
             pos_emb = self.dropout(relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device).to(self.dtype))
@@ -714,7 +735,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         return AttentionInputs(
             pos_emb=pos_emb,
             num_positions=qlen + mlen + (qlen if cfg.attn_type == "bi" else 1),
-            blocked_h=None if blocked_h is None or not bool(blocked_h.any()) else blocked_h[:, None],
+            blocked_h=None if blocked_h is None else blocked_h[:, None],
             blocked_g=blocked_g,
             no_key_g=no_key_g,
             fused_query=predict_next,
@@ -722,7 +743,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
-            seg_classes=0 if seg_keys is None else int(seg_keys.max()) + 1,
+            seg_classes=int(seg_keys.max()) + 1 if seg_keys is not None and shortcuts else 0,
             query_pos=query_pos,
             query_valid=query_valid,
         )
@@ -851,8 +872,11 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
 
 
 def _padding_or_none(pad_mask):
-    """The (B, T) padding mask, or None when it marks no padding (then nothing needs masking)."""
-    return None if pad_mask is None or not bool(pad_mask.any()) else pad_mask
+    """The (B, T) padding mask, or None when it marks no padding (then nothing needs masking). Under torch.compile
+    the mask is kept as it is: a shortcut that reads the data would break the graph."""
+    if pad_mask is None or torch.compiler.is_compiling():
+        return pad_mask
+    return pad_mask if bool(pad_mask.any()) else None
 
 
 class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
@@ -1061,7 +1085,7 @@ def check_left_padding(attention_mask, input_mask):
         pad = attention_mask[:, -1] == 0
     elif input_mask is not None:
         pad = input_mask[:, -1] > 0
-    if pad is not None and bool(pad.any()):
+    if pad is not None and not torch.compiler.is_compiling() and bool(pad.any()):
         raise ValueError(
             "attention_mask has padding at the last position, but XLNet classifies from the last token (<cls>): "
             "pad on the left (tokenizer.padding_side = 'left')"
