@@ -1,6 +1,7 @@
 """Side-by-side benchmark: transformers' XLNetLMHeadModel vs XLNet-Lite, same weights, same pretraining batch.
 
-    python benchmarks/bench_model.py [--config reference|large|all] [--runs 8] [--threads 2]
+    python benchmarks/bench_model.py [--config reference|small|large|all] [--runs 8] [--threads 2]
+                                     [--precisions auto|fp32|fp32,bf16] [--no-compile]
                                      [--out benchmarks/results/model.json] [--profile]
 
 Per config it builds transformers' XLNetLMHeadModel (dropout 0.1, train mode) and its XLNet-Lite twins
@@ -10,9 +11,17 @@ every run), these variants:
     hf_fp32          transformers, fp32                        (the baseline of every ratio)
     lite_eager_fp32  XLNet-Lite, eager attention, fp32
     lite_sdpa_fp32   XLNet-Lite, scaled_dot_product_attention, fp32
+    lite_compiled_fp32  XLNet-Lite, SDPA, torch.compile(model, fullgraph=True, dynamic=False) (inductor)
     hf_bf16          transformers under torch.autocast("cpu", dtype=torch.bfloat16)
     lite_eager_bf16  XLNet-Lite, eager attention, under the same autocast
     lite_sdpa_bf16   XLNet-Lite, SDPA, under the same autocast
+    lite_compiled_bf16  XLNet-Lite, SDPA, compiled, under the same autocast
+
+Configs: "reference" (the issue's reference shapes), "small" (the pretraining recipe's default: the small preset,
+B 16, T 128, P 22, a full 96-token memory), "large". --precisions auto (the default) runs the bf16 rows only on a CPU
+with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated, ~250x slower than fp32 (measured on an AVX2
+AMD EPYC), and the rows would take an hour to say so; the skip and its reason go into the JSON. The compiled rows'
+first steps (compilation, a minute or more on 2 cores) are timed apart and reported as compile_s.
 
 on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on) and
 (2) an inference forward (eval mode, no_grad) of the same batch. Tokens/s = B * T / step time (median of
@@ -73,20 +82,25 @@ from model_helpers import xlnet_masks  # noqa: E402
 CONFIGS = {
     "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,
                       num_predict=43, mem_len=None, reuse_len=None),
+    "small": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=16, seq_len=128,
+                  num_predict=22, mem_len=96, reuse_len=64),
     "large": dict(vocab_size=8000, d_model=512, n_layer=6, n_head=8, d_inner=2048, batch=4, seq_len=512,
                   num_predict=85, mem_len=256, reuse_len=256),
 }
-# name -> (implementation, attention path, autocast dtype)
+# name -> (implementation, attention path, autocast dtype, compiled)
 VARIANTS = {
-    "hf_fp32": ("hf", None, None),
-    "lite_eager_fp32": ("lite", "eager", None),
-    "lite_sdpa_fp32": ("lite", "sdpa", None),
-    "hf_bf16": ("hf", None, torch.bfloat16),
-    "lite_eager_bf16": ("lite", "eager", torch.bfloat16),
-    "lite_sdpa_bf16": ("lite", "sdpa", torch.bfloat16),
+    "hf_fp32": ("hf", None, None, False),
+    "lite_eager_fp32": ("lite", "eager", None, False),
+    "lite_sdpa_fp32": ("lite", "sdpa", None, False),
+    "lite_compiled_fp32": ("lite", "sdpa", None, True),
+    "hf_bf16": ("hf", None, torch.bfloat16, False),
+    "lite_eager_bf16": ("lite", "eager", torch.bfloat16, False),
+    "lite_sdpa_bf16": ("lite", "sdpa", torch.bfloat16, False),
+    "lite_compiled_bf16": ("lite", "sdpa", torch.bfloat16, True),
 }
 BASELINE = "hf_fp32"
-SAME_PRECISION_BASELINE = {"lite_eager_bf16": "hf_bf16", "lite_sdpa_bf16": "hf_bf16"}
+SAME_PRECISION_BASELINE = {"lite_eager_bf16": "hf_bf16", "lite_sdpa_bf16": "hf_bf16", "lite_compiled_bf16": "hf_bf16"}
+EAGER_TWIN = {"lite_compiled_fp32": "lite_sdpa_fp32", "lite_compiled_bf16": "lite_sdpa_bf16"}  # same FLOPs
 MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "reuse_len")
 
 
@@ -114,21 +128,25 @@ def make_batch(cfg, seed=0):
 
 
 def make_hf_mems(hf, cfg, seed=1):
-    """Memory from a previous step, transformers' layout: n_layer tensors (M, B, H)."""
+    """A full memory (mem_len tokens) from previous steps, transformers' layout: n_layer tensors (M, B, H)."""
     if not cfg["mem_len"]:
         return None
-    prev = make_batch(cfg, seed=seed)
     was_training = hf.training
     hf.eval()
+    mems = None
     with torch.no_grad():
-        out = hf(input_ids=prev["input_ids"], token_type_ids=prev["token_type_ids"], use_mems=True)
+        while mems is None or mems[0].shape[0] < cfg["mem_len"]:
+            prev = make_batch(cfg, seed=seed)
+            mems = hf(input_ids=prev["input_ids"], token_type_ids=prev["token_type_ids"], mems=mems, use_mems=True).mems
+            seed += 1
     hf.train(was_training)
-    return [m.detach() for m in out.mems]
+    return [m.detach() for m in mems]
 
 
 class Variant:
-    def __init__(self, name, model, batch, mems, autocast_dtype):
+    def __init__(self, name, model, batch, mems, autocast_dtype, compiled=False):
         self.name, self.model, self.autocast_dtype = name, model, autocast_dtype
+        self.forward = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.inputs = dict(batch)
         if mems is not None:
@@ -142,7 +160,7 @@ class Variant:
 
     def forward_backward(self):
         with self.autocast():
-            loss = self.model(**self.inputs).loss
+            loss = self.forward(**self.inputs).loss
         loss.backward()
         return loss
 
@@ -154,7 +172,7 @@ class Variant:
 
     def infer(self):
         with torch.no_grad(), self.autocast():
-            return self.model(**self.infer_inputs).logits
+            return self.forward(**self.infer_inputs).logits
 
 
 def make_lite(hf, attn):
@@ -171,11 +189,11 @@ def build_variants(cfg, names, seed=0):
     lite_mems = None if hf_mems is None else [m.transpose(0, 1).contiguous() for m in hf_mems]  # (B, M, H)
     variants = {}
     for name in names:
-        impl, attn, dtype = VARIANTS[name]
+        impl, attn, dtype, compiled = VARIANTS[name]
         if impl == "hf":
             variants[name] = Variant(name, copy.deepcopy(hf).train(), batch, hf_mems, dtype)
         else:
-            variants[name] = Variant(name, make_lite(hf, attn).train(), batch, lite_mems, dtype)
+            variants[name] = Variant(name, make_lite(hf, attn).train(), batch, lite_mems, dtype, compiled)
     return hf, batch, hf_mems, lite_mems, variants
 
 
@@ -345,29 +363,33 @@ def config_with_overrides(args, name):
     return cfg
 
 
-def run_config(args, name, peaks):
+def run_config(args, name, peaks, names):
     cfg = config_with_overrides(args, name)
     tokens = cfg["batch"] * cfg["seq_len"]
-    names = list(VARIANTS)
     print(f"\n=== {name}: {cfg}", flush=True)
     hf, batch, hf_mems, lite_mems, variants = build_variants(cfg, names)
     equiv = equivalence_check(hf, batch, hf_mems, lite_mems)
     print(f"equivalence (eval, fp32): {equiv}", flush=True)
     del hf
 
-    for n, v in variants.items():  # one of each first, to see where the time goes before the long loops
-        print(f"  first training step {n}: {timed(v.train_step):.2f} s", flush=True)
+    first = {}  # one of each first (compilation for the compiled rows), to see where the time goes
+    for n, v in variants.items():
+        first[n] = dict(train_s=timed(v.train_step))
+        print(f"  first training step {n}: {first[n]['train_s']:.2f} s", flush=True)
     t0 = time.perf_counter()
     train_times = alternate(variants, Variant.train_step, args.runs, args.warmup)
     print(f"training timed in {time.perf_counter() - t0:.0f} s", flush=True)
-    for v in variants.values():
+    for n, v in variants.items():
         v.model.eval()
+        first[n]["infer_s"] = timed(v.infer)
     t0 = time.perf_counter()
     infer_times = alternate(variants, Variant.infer, args.runs, args.warmup)
     print(f"inference timed in {time.perf_counter() - t0:.0f} s", flush=True)
 
     flops = {}
     for n, v in variants.items():
+        if EAGER_TWIN.get(n) in variants:
+            continue  # a compiled model does its eager twin's FLOPs (counted below)
         v.model.train()
         v.optimizer.zero_grad(set_to_none=True)
         train_flops = count_flops(v.forward_backward)
@@ -378,6 +400,9 @@ def run_config(args, name, peaks):
         flops[n] = dict(train=train_flops, infer=count_flops(v.infer))
         for p in params:
             p.requires_grad_(True)
+    for n in variants:
+        if n not in flops:
+            flops[n] = flops[EAGER_TWIN[n]]
     del variants
     gc.collect()
 
@@ -397,6 +422,7 @@ def run_config(args, name, peaks):
             train_mfu_hf_equivalent=flops[BASELINE]["train"] / tr / peak,
             peak_for_mfu="bf16" if dtype is torch.bfloat16 else "fp32",
             memory=memory.get(n),
+            first_train_step_s=first[n]["train_s"], first_eval_forward_s=first[n]["infer_s"],
         )
     base = rows[BASELINE]
     for n, r in rows.items():
@@ -412,8 +438,9 @@ def run_config(args, name, peaks):
             if "peak_delta" in mem and "peak_delta" in (rows[pair]["memory"] or {}):
                 r["memory_ratio_vs_" + pair] = mem["peak_delta"] / rows[pair]["memory"]["peak_delta"]
     if "median_s" in collator:
-        collator["fraction_of_lite_sdpa_fp32_train_step"] = collator["median_s"] / rows["lite_sdpa_fp32"]["train_median_s"]
-        collator["fraction_of_lite_sdpa_bf16_train_step"] = collator["median_s"] / rows["lite_sdpa_bf16"]["train_median_s"]
+        for n in ("lite_sdpa_fp32", "lite_sdpa_bf16"):
+            if n in rows:
+                collator[f"fraction_of_{n}_train_step"] = collator["median_s"] / rows[n]["train_median_s"]
     print_table(name, cfg, rows, collator)
     return dict(config=cfg, tokens_per_step=tokens, equivalence=equiv, variants=rows, collator=collator)
 
@@ -438,10 +465,14 @@ def print_table(name, cfg, rows, collator):
                 extra = (f", peak memory {r[f'memory_ratio_vs_{pair}']:.2f}x" if f"memory_ratio_vs_{pair}" in r else "")
                 print(f"{n} vs {pair}: train {r[f'train_speedup_vs_{pair}']:.2f}x, "
                       f"inference {r[f'infer_speedup_vs_{pair}']:.2f}x{extra}")
+    for n, r in rows.items():
+        if r["first_train_step_s"] > 3 * r["train_median_s"]:
+            print(f"{n}: first training step {r['first_train_step_s']:.1f} s, first eval-mode forward "
+                  f"{r['first_eval_forward_s']:.1f} s (compilation / warm-up)")
     if "median_s" in collator:
-        print(f"collator: {1000 * collator['median_s']:.1f} ms per batch = "
-              f"{100 * collator['fraction_of_lite_sdpa_fp32_train_step']:.1f}% of a lite sdpa fp32 training step, "
-              f"{100 * collator['fraction_of_lite_sdpa_bf16_train_step']:.1f}% of a bf16 one")
+        shares = ", ".join(f"{100 * v:.1f}% of a {k[len('fraction_of_'):-len('_train_step')]} training step"
+                           for k, v in collator.items() if k.startswith("fraction_of_"))
+        print(f"collator: {1000 * collator['median_s']:.1f} ms per batch = {shares}")
     else:
         print(f"collator: {collator.get('skipped')}")
     print("MFU = counted matmul FLOPs of the variant / median time / measured matmul peak (bf16 peak for bf16 rows); "
@@ -493,9 +524,37 @@ def machine():
                 loadavg=os.getloadavg())
 
 
+def bf16_emulated():
+    return not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def bf16_peak():
+    """Where bf16 is emulated a 2048^3 matmul takes about a minute: a 512^3 one says as much."""
+    return matmul_peak(torch.bfloat16, n=512, reps=3) if bf16_emulated() else matmul_peak(torch.bfloat16)
+
+
+def variant_names(args):
+    """The rows to run, and name -> why for the ones left out."""
+    skipped = {}
+    bf16 = args.precisions == "fp32,bf16" or (args.precisions == "auto" and not bf16_emulated())
+    if not bf16:
+        why = ("--precisions fp32" if args.precisions == "fp32" else
+               f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AVX512-BF16/AMX: bf16 matmuls are emulated "
+               "(see the bf16 matmul peak below); pass --precisions fp32,bf16 to time them anyway")
+        skipped["bf16"] = f"bf16 rows: {why}"
+    if args.no_compile:
+        skipped["compiled"] = "compiled rows: --no-compile"
+    names = [n for n, (_, _, dtype, compiled) in VARIANTS.items()
+             if (bf16 or dtype is None) and not (compiled and args.no_compile)]
+    return names, skipped
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=["reference", "large", "all"], default="reference")
+    parser.add_argument("--config", choices=["reference", "small", "large", "all"], default="reference")
+    parser.add_argument("--precisions", choices=["auto", "fp32", "fp32,bf16"], default="auto",
+                        help="auto: bf16 rows only where the CPU has bf16 matmul units")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     parser.add_argument("--runs", type=int, default=8, help="timed runs per variant (medians; >= 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs per variant first")
     parser.add_argument("--threads", type=int, default=2)
@@ -513,9 +572,12 @@ def main():
         return memory_child(args)
     if args.runs < 5:
         parser.error("--runs must be >= 5")
+    configs = ["reference", "small", "large"] if args.config == "all" else [args.config]
+    names, skipped = variant_names(args)
+    for reason in skipped.values():
+        print(f"skipped: {reason}")
     if args.memory_only:
-        configs = ["reference", "large"] if args.config == "all" else [args.config]
-        result = {name: measure_memory(args, name, list(VARIANTS)) for name in configs}
+        result = {name: measure_memory(args, name, names) for name in configs}
         for name, mem in result.items():
             base = mem[BASELINE].get("peak_delta")
             for n, m in mem.items():
@@ -529,16 +591,16 @@ def main():
         return None
 
     result = dict(command=" ".join([Path(sys.executable).name] + sys.argv), machine=machine(),
-                  threads=args.threads, runs=args.runs, warmup=args.warmup)
-    peaks = dict(fp32=matmul_peak(torch.float32), bf16=matmul_peak(torch.bfloat16))
-    configs = ["reference", "large"] if args.config == "all" else [args.config]
+                  threads=args.threads, runs=args.runs, warmup=args.warmup, skipped=skipped)
+    peaks = dict(fp32=matmul_peak(torch.float32), bf16=bf16_peak())
     result["configs"] = {}
     for name in configs:
-        result["configs"][name] = run_config(args, name, {k: median(v) for k, v in peaks.items()})
+        result["configs"][name] = run_config(args, name, {k: median(v) for k, v in peaks.items()}, names)
     # the peak again at the end: the machine is shared, its speed drifts
-    peaks = {k: v + matmul_peak(getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[k])) for k, v in peaks.items()}
+    peaks = dict(fp32=peaks["fp32"] + matmul_peak(torch.float32),
+                 bf16=peaks["bf16"] + bf16_peak())
     result["matmul_peak_flops"] = {k: dict(median=median(v), samples=v) for k, v in peaks.items()}
-    print(f"\nmatmul peak (2048^3, {args.threads} threads, median of start+end samples): "
+    print(f"\nmatmul peak (2048^3; bf16 512^3 where emulated; {args.threads} threads, median of start+end samples): "
           f"fp32 {median(peaks['fp32']) / 1e9:.0f} GFLOP/s, bf16 {median(peaks['bf16']) / 1e9:.0f} GFLOP/s "
           "(MFU above used the start-of-run median)")
     if args.profile:

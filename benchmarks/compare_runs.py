@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-TIMINGS = ("train_seconds", "tokens_per_second", "elapsed", "train_runtime_s", "test_runtime_s")
+TIMINGS = ("train_seconds", "tokens_per_second", "elapsed", "eval_seconds", "train_runtime_s", "test_runtime_s")
 
 
 def records(path):

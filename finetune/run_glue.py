@@ -284,6 +284,7 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
 
     def micro_batches(batches, first):  # pulled lazily, so accelerate sees the end of the loader at the right batch
         for batch in itertools.chain([first], itertools.islice(batches, G - 1)):
+            loop.add_tokens(batch["input_ids"].numel() * accelerator.num_processes)  # padded tokens, all processes
             yield lambda batch=batch: classify(model, batch, accelerator, labels=batch["labels"],
                                                backprop_all=a.mems_backprop == "all").loss
 
@@ -309,15 +310,17 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
                 stopping = stop.requested()
                 periodic = a.checkpointing_steps and state["step"] % a.checkpointing_steps == 0 and state["step"] != epoch_end
                 if stopping or periodic:
-                    save_checkpoint(c, state)
+                    with loop.paused():
+                        save_checkpoint(c, state)
                 if stopping:
                     accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step "
                                       f"{state['step']}, exiting")
                     return False
                 if state["step"] >= max_steps:
                     break
-            end_epoch(c, state, epoch)
-            save_checkpoint(c, state)
+            with loop.paused():
+                end_epoch(c, state, epoch)
+                save_checkpoint(c, state)
             if state["step"] >= max_steps:
                 break
     finally:

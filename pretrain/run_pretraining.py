@@ -16,6 +16,7 @@ import json
 import math
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -312,17 +313,20 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
             last = step >= a.max_steps or (budget is not None and budget.expired())
             record = loop.window_record(step) if step % a.logging_steps == 0 or last else None
             if step % a.eval_steps == 0 or last:
-                record = record or {"step": step}
-                record["eval_loss"] = evaluate(model, eval_batches, accelerator, with_memory=True)
-                record["eval_loss_no_memory"] = evaluate(model, eval_batches, accelerator, with_memory=False)
+                record, start = record or {"step": step}, time.perf_counter()
+                with loop.paused():
+                    record["eval_loss"] = evaluate(model, eval_batches, accelerator, with_memory=True)
+                    record["eval_loss_no_memory"] = evaluate(model, eval_batches, accelerator, with_memory=False)
                 record["eval_perplexity"] = math.exp(min(record["eval_loss"], 50))
+                record["eval_seconds"] = time.perf_counter() - start
             if record is not None:
                 metrics.log(record)
                 progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
             progress.update(1)
             stopping = stop.requested()
             if stopping or (a.checkpointing_steps and step % a.checkpointing_steps == 0):
-                save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, carried["mems"], step, metrics.count)
+                with loop.paused():
+                    save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, carried["mems"], step, metrics.count)
             if stopping:
                 accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step {step}, exiting")
                 return 0

@@ -20,6 +20,7 @@ hands each optimizer step's losses to `TrainLoop.step`. Everything a user relies
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -670,7 +671,12 @@ class StopSignal:
 
 
 class TrainLoop:
-    """Optimizer steps (gradient accumulation, clipping, schedule, non-finite guard) and their metrics."""
+    """Optimizer steps (gradient accumulation, clipping, schedule, non-finite guard) and their metrics.
+
+    A metrics record's tokens_per_second is the training throughput since the previous record: the tokens of its steps
+    over the wall-clock time between the records (data, collator, logging included) less the time spent in `paused()`
+    blocks (evaluation, checkpoints), which train nothing and are timed on their own.
+    """
 
     def __init__(self, a: RecipeArguments, accelerator, model, optimizer, scheduler, *, checkpoints_dir, budget=None):
         self.a, self.accelerator, self.model = a, accelerator, model
@@ -678,6 +684,20 @@ class TrainLoop:
         self.budget = budget
         self.skipped, self.elapsed = 0, 0.0
         self._window = [0.0, 0, 0, time.perf_counter()]  # loss sum, steps, tokens, start
+        self._paused = 0.0  # seconds of the current window spent in paused() blocks
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Work between steps that is not training (evaluation, checkpointing): left out of tokens_per_second."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - start
+
+    def add_tokens(self, tokens: int):
+        """Count tokens toward tokens_per_second (for steps whose size is known only once their batches are read)."""
+        self._window[2] += tokens
 
     def step(self, micro_batches: Iterable[Callable[[], torch.Tensor]], *, step: int, tokens: int = 0):
         """One optimizer step: each item of `micro_batches` computes one micro-batch's loss. Returns the step's
@@ -733,10 +753,10 @@ class TrainLoop:
     def window_record(self, step: int) -> dict | None:
         """Mean loss, learning rate and tokens/s since the last record; None when nothing was trained."""
         loss_sum, steps, tokens, start = self._window
-        self._window = [0.0, 0, 0, time.perf_counter()]
+        seconds = time.perf_counter() - start - self._paused
+        self._window, self._paused = [0.0, 0, 0, time.perf_counter()], 0.0
         if not steps:
             return None
-        seconds = time.perf_counter() - start
         record = {"step": step, "loss": loss_sum / steps, "learning_rate": self.scheduler.get_last_lr()[0],
                   "elapsed": self.elapsed, "skipped_steps": self.skipped}
         if tokens:
