@@ -1,10 +1,10 @@
 """Side-by-side benchmark: transformers' XLNetLMHeadModel vs XLNet-Lite, same weights, same pretraining batch.
 
-    python benchmarks/bench_model.py [--config reference|small|large|all] [--runs 8] [--threads 2]
+    python benchmarks/bench_model.py [--config reference small large | all] [--runs 8] [--threads 2]
                                      [--precisions auto|fp32|fp32,bf16] [--no-compile]
                                      [--out benchmarks/results/model.json] [--profile]
 
-Per config it builds transformers' XLNetLMHeadModel (dropout 0.1, train mode) and its XLNet-Lite twins
+Per config it builds transformers' XLNetLMHeadModel (dropout 0.1, 0 at the small recipe shapes; train mode) and its XLNet-Lite twins
 (`xlnet_lite.from_hf_xlnet`, identical weights), and times, in ONE process and alternating (the order rotates
 every run), these variants:
 
@@ -23,8 +23,10 @@ with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated, ~250x s
 AMD EPYC), and the rows would take an hour to say so; the skip and its reason go into the JSON. The compiled rows'
 first steps (compilation, a minute or more on 2 cores) are timed apart and reported as compile_s.
 
-on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on) and
-(2) an inference forward (eval mode, no_grad) of the same batch. Tokens/s = B * T / step time (median of
+on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on),
+(2) an inference forward (eval mode, no_grad) of the same batch (PLM scoring), and (3) eval-mode sequence
+classification (transformers' XLNetForSequenceClassification and its twins) of a left-padded B x T batch with
+segment ids, what finetuning's evaluation and prediction run. Tokens/s = B * T / step time (median of
 --runs runs after --warmup runs). Each variant has its own model copy and optimizer.
 
 Peak memory of a training step is measured in a separate process per variant (this script re-invoked with
@@ -37,8 +39,9 @@ what the OS sees (torch's CPU allocator does not cache: RSS follows the live ten
 
 Model FLOP utilisation: torch.utils.flop_counter.FlopCounterMode counts the matmul FLOPs (mm/addmm/bmm/...)
 of one training step (forward + backward) and of one inference forward of each variant; achieved FLOP/s =
-counted FLOPs / median step time; MFU = achieved / the machine's matmul peak, measured in the same run (median
-of several 2048^3 matmuls, fp32 for the fp32 rows, bf16 for the bf16 rows). Each variant is charged its own
+counted FLOPs / median step time; MFU = achieved / the machine's matmul peak, measured at the start and the end of
+each config (median of 2048^3 matmuls, fp32 for the fp32 rows, bf16 for the bf16 rows): a shared machine's speed
+drifts (here 87 -> 128 GFLOP/s fp32 within one run), so an MFU is only as good as its peak. Each variant is charged its own
 FLOPs: XLNet-Lite does less work (query stream on P rows), so "hf-equivalent MFU" (the baseline's FLOPs /
 this variant's time) is reported too.
 
@@ -69,6 +72,8 @@ import time
 from pathlib import Path
 
 import torch
+import torch._functorch.config
+import torch._inductor.config
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -83,7 +88,7 @@ CONFIGS = {
     "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,
                       num_predict=43, mem_len=None, reuse_len=None),
     "small": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=16, seq_len=128,
-                  num_predict=22, mem_len=96, reuse_len=64),
+                  num_predict=22, mem_len=96, reuse_len=64, dropout=0.0),  # the recipe pretrains without dropout
     "large": dict(vocab_size=8000, d_model=512, n_layer=6, n_head=8, d_inner=2048, batch=4, seq_len=512,
                   num_predict=85, mem_len=256, reuse_len=256),
 }
@@ -108,8 +113,8 @@ MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len"
 # Building models and batches
 
 
-def hf_config(cfg, dropout=0.1):
-    return transformers.XLNetConfig(**{k: cfg[k] for k in MODEL_KEYS}, dropout=dropout)
+def hf_config(cfg):
+    return transformers.XLNetConfig(**{k: cfg[k] for k in MODEL_KEYS}, dropout=cfg.get("dropout", 0.1))
 
 
 def make_batch(cfg, seed=0):
@@ -197,6 +202,49 @@ def build_variants(cfg, names, seed=0):
     return hf, batch, hf_mems, lite_mems, variants
 
 
+class Classifier:
+    """Eval-mode sequence classification of a left-padded batch: what finetuning's evaluation and prediction run."""
+
+    def __init__(self, model, batch, autocast_dtype, compiled=False):
+        self.model, self.batch, self.autocast_dtype = model.eval(), batch, autocast_dtype
+        self.forward = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
+
+    def infer(self):
+        with torch.no_grad(), Variant.autocast(self):
+            return self.forward(**self.batch).logits
+
+
+def make_classify_batch(cfg, seed=0):
+    """B sequences of T tokens, `A <sep> B <sep> <cls>` segments, left padding of 0 to T/4 tokens per row."""
+    B, T, V = cfg["batch"], cfg["seq_len"], cfg["vocab_size"]
+    gen = torch.Generator().manual_seed(seed)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    for b, n in enumerate(torch.randint(0, T // 4, (B,), generator=gen).tolist()):
+        attention_mask[b, :n] = 0
+    token_type_ids = torch.zeros(B, T, dtype=torch.long)
+    token_type_ids[:, T // 2:-1], token_type_ids[:, -1] = 1, 2
+    return dict(input_ids=torch.randint(8, V, (B, T), generator=gen), attention_mask=attention_mask,
+                token_type_ids=token_type_ids)
+
+
+def build_classifiers(cfg, names, seed=0):
+    """transformers' XLNetForSequenceClassification and its XLNet-Lite twins; the twins' largest logit difference."""
+    torch.manual_seed(seed)
+    hf = transformers.XLNetForSequenceClassification(hf_config(cfg)).eval()
+    batch = make_classify_batch(cfg)
+    classifiers, diffs = {}, {}
+    with torch.no_grad():
+        ref = hf(**batch).logits
+    for name in names:
+        impl, attn, dtype, compiled = VARIANTS[name]
+        model = copy.deepcopy(hf) if impl == "hf" else make_lite(hf, attn)
+        classifiers[name] = Classifier(model, batch, dtype, compiled)
+        if impl == "lite" and dtype is None and not compiled:
+            with torch.no_grad():
+                diffs[attn] = float((model.eval()(**batch).logits - ref).abs().max())
+    return classifiers, diffs
+
+
 def equivalence_check(hf, batch, hf_mems, lite_mems):
     """Eval mode (no dropout), fp32: the twins must give the same loss and logits on this batch."""
     inputs = dict(batch)
@@ -278,7 +326,7 @@ def vm_hwm_bytes():
 
 def memory_child(args):
     """One variant, own process: peak RSS of training steps above the post-build RSS."""
-    cfg = config_with_overrides(args, args.config)
+    cfg = config_with_overrides(args, args.config[0])
     _, _, _, _, variants = build_variants(cfg, [args.memory_child])
     v = variants[args.memory_child]
     gc.collect()
@@ -363,10 +411,13 @@ def config_with_overrides(args, name):
     return cfg
 
 
-def run_config(args, name, peaks, names):
+def run_config(args, name, names):
     cfg = config_with_overrides(args, name)
     tokens = cfg["batch"] * cfg["seq_len"]
     print(f"\n=== {name}: {cfg}", flush=True)
+    # the matmul peak at this config's start and end: a shared machine's speed drifts over a run
+    peak_samples = dict(fp32=matmul_peak(torch.float32), bf16=bf16_peak() if any(
+        VARIANTS[n][2] is torch.bfloat16 for n in names) else [])
     hf, batch, hf_mems, lite_mems, variants = build_variants(cfg, names)
     equiv = equivalence_check(hf, batch, hf_mems, lite_mems)
     print(f"equivalence (eval, fp32): {equiv}", flush=True)
@@ -406,9 +457,22 @@ def run_config(args, name, peaks, names):
     del variants
     gc.collect()
 
+    classifiers, classify_diffs = build_classifiers(cfg, names)
+    print(f"classification equivalence (eval, fp32, left padding): max |logit diff| {classify_diffs}", flush=True)
+    for n, c in classifiers.items():
+        first[n]["classify_s"] = timed(c.infer)
+    t0 = time.perf_counter()
+    classify_times = alternate(classifiers, Classifier.infer, args.runs, args.warmup)
+    print(f"classification timed in {time.perf_counter() - t0:.0f} s", flush=True)
+    del classifiers
+    gc.collect()
+
     collator = time_collator(cfg, args.runs, batch)
     memory = {} if args.no_memory else measure_memory(args, name, names)
 
+    peak_samples["fp32"] += matmul_peak(torch.float32)
+    peak_samples["bf16"] += bf16_peak() if peak_samples["bf16"] else []
+    peaks = {k: median(v) for k, v in peak_samples.items() if v}
     rows = {}
     for n in names:
         dtype = VARIANTS[n][2]
@@ -423,11 +487,14 @@ def run_config(args, name, peaks, names):
             peak_for_mfu="bf16" if dtype is torch.bfloat16 else "fp32",
             memory=memory.get(n),
             first_train_step_s=first[n]["train_s"], first_eval_forward_s=first[n]["infer_s"],
+            classify_median_s=median(classify_times[n]), classify_tokens_per_s=tokens / median(classify_times[n]),
+            classify_times_s=classify_times[n], first_classify_s=first[n]["classify_s"],
         )
     base = rows[BASELINE]
     for n, r in rows.items():
         r["train_speedup_vs_hf_fp32"] = base["train_median_s"] / r["train_median_s"]
         r["infer_speedup_vs_hf_fp32"] = base["infer_median_s"] / r["infer_median_s"]
+        r["classify_speedup_vs_hf_fp32"] = base["classify_median_s"] / r["classify_median_s"]
         mem, base_mem = r["memory"] or {}, base["memory"] or {}
         if "peak_delta" in mem and "peak_delta" in base_mem:
             r["memory_ratio_vs_hf_fp32"] = mem["peak_delta"] / base_mem["peak_delta"]
@@ -442,22 +509,27 @@ def run_config(args, name, peaks, names):
             if n in rows:
                 collator[f"fraction_of_{n}_train_step"] = collator["median_s"] / rows[n]["train_median_s"]
     print_table(name, cfg, rows, collator)
-    return dict(config=cfg, tokens_per_step=tokens, equivalence=equiv, variants=rows, collator=collator)
+    equiv["classification_max_abs_logit_diff"] = classify_diffs
+    print(f"matmul peak at this config's start and end (2048^3, {args.threads} threads; MFU above uses the median): "
+          + ", ".join(f"{k} {[round(x / 1e9) for x in v]} GFLOP/s" for k, v in peak_samples.items() if v), flush=True)
+    return dict(config=cfg, tokens_per_step=tokens, equivalence=equiv, variants=rows, collator=collator,
+                matmul_peak_flops={k: dict(median=median(v), samples=v) for k, v in peak_samples.items() if v})
 
 
 def print_table(name, cfg, rows, collator):
     print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, d_model {cfg['d_model']}, "
           f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32")
-    head = (f"{'variant':<16} {'train tok/s':>11} {'x':>6} {'infer tok/s':>11} {'x':>6} {'peak MB':>8} {'x':>6} "
-            f"{'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10}")
+    head = (f"{'variant':<18} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
+            f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10}")
     print(head)
     print("-" * len(head))
     for n, r in rows.items():
         mem = (r["memory"] or {}).get("peak_delta")
         mem_s = f"{mem / 2**20:8.0f}" if mem is not None else f"{'n/a':>8}"
         mem_x = f"{r['memory_ratio_vs_hf_fp32']:6.2f}" if "memory_ratio_vs_hf_fp32" in r else f"{'':>6}"
-        print(f"{n:<16} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
-              f"{r['infer_tokens_per_s']:11.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
+        print(f"{n:<18} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
+              f"{r['infer_tokens_per_s']:15.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} "
+              f"{r['classify_tokens_per_s']:14.0f} {r['classify_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
               f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}%")
     for n, r in rows.items():
         for pair in SAME_PRECISION_BASELINE.values():
@@ -551,7 +623,7 @@ def variant_names(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=["reference", "small", "large", "all"], default="reference")
+    parser.add_argument("--config", nargs="+", choices=["reference", "small", "large", "all"], default=["reference", "small"])
     parser.add_argument("--precisions", choices=["auto", "fp32", "fp32,bf16"], default="auto",
                         help="auto: bf16 rows only where the CPU has bf16 matmul units")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
@@ -568,11 +640,14 @@ def main():
     parser.add_argument("--memory-child", choices=list(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    # compile from scratch every time, so the compiled rows' first step is the compilation a user's first run pays
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     if args.memory_child:
         return memory_child(args)
     if args.runs < 5:
         parser.error("--runs must be >= 5")
-    configs = ["reference", "small", "large"] if args.config == "all" else [args.config]
+    configs = ["reference", "small", "large"] if "all" in args.config else args.config
     names, skipped = variant_names(args)
     for reason in skipped.values():
         print(f"skipped: {reason}")
@@ -592,17 +667,12 @@ def main():
 
     result = dict(command=" ".join([Path(sys.executable).name] + sys.argv), machine=machine(),
                   threads=args.threads, runs=args.runs, warmup=args.warmup, skipped=skipped)
-    peaks = dict(fp32=matmul_peak(torch.float32), bf16=bf16_peak())
+    if "bf16" in skipped:  # what the bf16 rows would be measured against
+        result["bf16_matmul_peak_flops_512"] = bf16_peak()
+        print(f"bf16 matmul peak here (512^3, emulated): {median(result['bf16_matmul_peak_flops_512']) / 1e9:.2f} GFLOP/s")
     result["configs"] = {}
     for name in configs:
-        result["configs"][name] = run_config(args, name, {k: median(v) for k, v in peaks.items()}, names)
-    # the peak again at the end: the machine is shared, its speed drifts
-    peaks = dict(fp32=peaks["fp32"] + matmul_peak(torch.float32),
-                 bf16=peaks["bf16"] + bf16_peak())
-    result["matmul_peak_flops"] = {k: dict(median=median(v), samples=v) for k, v in peaks.items()}
-    print(f"\nmatmul peak (2048^3; bf16 512^3 where emulated; {args.threads} threads, median of start+end samples): "
-          f"fp32 {median(peaks['fp32']) / 1e9:.0f} GFLOP/s, bf16 {median(peaks['bf16']) / 1e9:.0f} GFLOP/s "
-          "(MFU above used the start-of-run median)")
+        result["configs"][name] = run_config(args, name, names)
     if args.profile:
         result["profile"] = profile_steps(args)
     out = Path(args.out)

@@ -4,7 +4,7 @@
                                                [--out benchmarks/results/recipe_overhead.json]
 
 Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the embedded news corpus, fp32, B 16,
-T 128, P 22, a 96-token memory) runs --pretrain-steps optimizer steps (checkpoints off, one evaluation at the end);
+T 128, P 22, a 96-token memory) runs --pretrain-steps optimizer steps (warmup 10 steps, checkpoints off, one evaluation at the end);
 its throughput is the median of its metrics.jsonl tokens_per_second records (one every 10 steps, the first dropped:
 it holds the warm-up). The bare step is what the recipe's loop cannot do without: zero_grad, forward with labels
 and the memory, backward, gradient clipping at 1.0 and AdamW (`training.make_adamw`) on the same model config (the
@@ -122,7 +122,7 @@ def main():
         pre, fin = Path(tmp, "pretrain"), Path(tmp, "finetune")
         # the recipe first (it writes the config the bare step uses), then bare / recipe again / bare
         run([*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--max_steps", "20",
-             "--eval_steps", "20", "--checkpointing_steps", "0"])
+             "--eval_steps", "20", "--checkpointing_steps", "0", "--num_warmup_steps", "10"])
         config = xlnet_lite.XLNetLiteConfig.from_pretrained(pre)
         config.update(dict(reuse_len=64, use_mems_train=True))  # the recipe's training values (reset when saved)
         batch = pretraining_batch(config, batch=16, seq_len=128, num_predict=22)
@@ -131,7 +131,7 @@ def main():
         before = bare_steps(model, batch, runs=args.runs, **hyper)
         seconds = run([*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--overwrite_output_dir",
                        "--max_steps", str(args.pretrain_steps), "--eval_steps", str(args.pretrain_steps),
-                       "--checkpointing_steps", "0"])
+                       "--checkpointing_steps", "0", "--num_warmup_steps", "10"])
         after = bare_steps(model, batch, runs=args.runs, **hyper)
         result["pretraining"] = compare("pretraining", recipe_throughput(pre), before, after, 16 * 128)
         result["pretraining"]["recipe_wall_s"] = seconds
