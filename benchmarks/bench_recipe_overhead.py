@@ -1,6 +1,6 @@
 """The recipes' training throughput against the bare training step of the same model, shapes and precision.
 
-    python benchmarks/bench_recipe_overhead.py [--pretrain-steps 60] [--finetune-steps 40] [--runs 10]
+    python benchmarks/bench_recipe_overhead.py [--pretrain-steps 60] [--finetune-steps 40] [--runs 10] [--repeats 3]
                                                [--out benchmarks/results/recipe_overhead.json]
 
 Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the embedded news corpus, fp32, B 16,
@@ -10,10 +10,12 @@ it holds the warm-up). The bare step is what the recipe's loop cannot do without
 and the memory, backward, gradient clipping at 1.0 and AdamW (`training.make_adamw`) on the same model config (the
 recipe's saved config.json), on a synthetic batch of the recipe's shapes with a full memory, timed in this process
 (--runs steps after 3 warm-up steps) before and after the recipe runs; the ratio uses the mean of the two medians.
+Everything is repeated --repeats times (the machine's speed drifts by up to a quarter within minutes) and the
+median ratio reported.
 
 Finetuning: `finetune/run_glue.py` on the embedded news-topic task from that pretrained model (max_seq_length 128,
 B 16, dropout 0.1, --finetune-steps steps), tokens = padded tokens of its batches, against the bare step of
-XLNetLiteForSequenceClassification on left-padded (B 16, T 128) batches.
+XLNetLiteForSequenceClassification on left-padded (B 16, T 128) batches with the recipe's segment ids.
 
 Run it alone on the machine: the recipes and the bare steps must not share the CPU with anything else.
 """
@@ -89,18 +91,28 @@ def classification_batch(config, *, batch, seq_len, num_labels, seed=0):
     attention_mask = torch.ones(batch, seq_len, dtype=torch.long)
     for b, n in enumerate(torch.randint(0, seq_len // 4, (batch,), generator=gen).tolist()):
         attention_mask[b, :n] = 0  # left padding, as the recipe's collator pads
+    token_type_ids = torch.zeros(batch, seq_len, dtype=torch.long)
+    token_type_ids[:, -1] = 2  # text <sep> <cls>, as the recipe's tokenizer makes a single-text input
     return dict(input_ids=torch.randint(8, config.vocab_size, (batch, seq_len), generator=gen),
-                attention_mask=attention_mask, labels=torch.randint(0, num_labels, (batch,), generator=gen))
+                attention_mask=attention_mask, token_type_ids=token_type_ids,
+                labels=torch.randint(0, num_labels, (batch,), generator=gen))
 
 
-def compare(name, recipe, before, after, tokens_per_step):
+def compare(name, recipe, before, after, tokens_per_step, wall_s):
     bare = [tokens_per_step / statistics.median(t) for t in (before, after)]
     bare_mean = statistics.mean(bare)
     row = dict(recipe_tokens_per_s=recipe["median"], recipe_records=recipe["records"], bare_tokens_per_s=bare_mean,
-               bare_before_after=bare, ratio=recipe["median"] / bare_mean)
+               bare_before_after=bare, ratio=recipe["median"] / bare_mean, recipe_wall_s=wall_s)
     print(f"{name}: recipe {recipe['median']:.0f} tok/s, bare step {bare_mean:.0f} tok/s "
           f"(before {bare[0]:.0f}, after {bare[1]:.0f}): recipe = {100 * row['ratio']:.1f}% of the bare step", flush=True)
     return row
+
+
+def summary(name, repeats):
+    ratios = [r["ratio"] for r in repeats]
+    print(f"{name}: recipe / bare step = {100 * statistics.median(ratios):.1f}% (median of {len(ratios)}; "
+          f"{', '.join(f'{100 * x:.1f}%' for x in ratios)})", flush=True)
+    return dict(median_ratio=statistics.median(ratios), repeats=repeats)
 
 
 def main():
@@ -108,6 +120,7 @@ def main():
     parser.add_argument("--pretrain-steps", type=int, default=60)
     parser.add_argument("--finetune-steps", type=int, default=40)
     parser.add_argument("--runs", type=int, default=10, help="timed bare steps, before and after each recipe run")
+    parser.add_argument("--repeats", type=int, default=3, help="bare / recipe / bare measurements per recipe")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/recipe_overhead.json")
     args = parser.parse_args()
@@ -127,26 +140,29 @@ def main():
         config.update(dict(reuse_len=64, use_mems_train=True))  # the recipe's training values (reset when saved)
         batch = pretraining_batch(config, batch=16, seq_len=128, num_predict=22)
         model = xlnet_lite.XLNetLiteLMHeadModel(config)
-        hyper = dict(learning_rate=3e-4, weight_decay=0.01, eps=1e-8)
-        before = bare_steps(model, batch, runs=args.runs, **hyper)
-        seconds = run([*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--overwrite_output_dir",
-                       "--max_steps", str(args.pretrain_steps), "--eval_steps", str(args.pretrain_steps),
-                       "--checkpointing_steps", "0", "--num_warmup_steps", "10"])
-        after = bare_steps(model, batch, runs=args.runs, **hyper)
-        result["pretraining"] = compare("pretraining", recipe_throughput(pre), before, after, 16 * 128)
-        result["pretraining"]["recipe_wall_s"] = seconds
-
+        pre_hyper = dict(learning_rate=3e-4, weight_decay=0.01, eps=1e-8)
+        pre_cmd = [*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--overwrite_output_dir",
+                   "--max_steps", str(args.pretrain_steps), "--eval_steps", str(args.pretrain_steps),
+                   "--checkpointing_steps", "0", "--num_warmup_steps", "10"]
         cls_config = xlnet_lite.XLNetLiteConfig.from_pretrained(pre, num_labels=6, dropout=0.1)
         cls_batch = classification_batch(cls_config, batch=16, seq_len=128, num_labels=6)
         cls_model = xlnet_lite.XLNetLiteForSequenceClassification(cls_config)
-        hyper = dict(learning_rate=3e-4, weight_decay=0.0, eps=1e-6)
-        before = bare_steps(cls_model, cls_batch, runs=args.runs, **hyper)
-        seconds = run([*launch, "finetune/run_glue.py", "--embedded_task", "news_topic", "--model_name_or_path", str(pre),
-                       "--output_dir", str(fin), "--max_train_steps", str(args.finetune_steps), "--learning_rate", "3e-4",
-                       "--max_seq_length", "128", "--checkpointing_steps", "0"])
-        after = bare_steps(cls_model, cls_batch, runs=args.runs, **hyper)
-        result["finetuning"] = compare("finetuning", recipe_throughput(fin), before, after, 16 * 128)
-        result["finetuning"]["recipe_wall_s"] = seconds
+        fin_hyper = dict(learning_rate=3e-4, weight_decay=0.0, eps=1e-6)
+        fin_cmd = [*launch, "finetune/run_glue.py", "--embedded_task", "news_topic", "--model_name_or_path", str(pre),
+                   "--output_dir", str(fin), "--overwrite_output_dir", "--max_train_steps", str(args.finetune_steps),
+                   "--learning_rate", "3e-4", "--max_seq_length", "128", "--checkpointing_steps", "0"]
+        pretraining, finetuning = [], []
+        for _ in range(args.repeats):
+            before = bare_steps(model, batch, runs=args.runs, **pre_hyper)
+            seconds = run(pre_cmd)
+            after = bare_steps(model, batch, runs=args.runs, **pre_hyper)
+            pretraining.append(compare("pretraining", recipe_throughput(pre), before, after, 16 * 128, seconds))
+            before = bare_steps(cls_model, cls_batch, runs=args.runs, **fin_hyper)
+            seconds = run(fin_cmd)
+            after = bare_steps(cls_model, cls_batch, runs=args.runs, **fin_hyper)
+            finetuning.append(compare("finetuning", recipe_throughput(fin), before, after, 16 * 128, seconds))
+        result["pretraining"] = summary("pretraining", pretraining)
+        result["finetuning"] = summary("finetuning", finetuning)
     result["loadavg_end"] = os.getloadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
