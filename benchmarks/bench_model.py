@@ -19,9 +19,10 @@ every run), these variants:
 
 Configs: "reference" (the issue's reference shapes), "small" (the pretraining recipe's default: the small preset,
 B 16, T 128, P 22, a full 96-token memory), "large". --precisions auto (the default) runs the bf16 rows only on a CPU
-with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated, ~250x slower than fp32 (measured on an AVX2
-AMD EPYC), and the rows would take an hour to say so; the skip and its reason go into the JSON. The compiled rows'
-first steps (compilation, a minute or more on 2 cores) are timed apart and reported as compile_s.
+with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated (measured on an AVX2 AMD EPYC: matmuls
+100-250x slower than fp32, a small-preset training step 19 s against 0.7 s), so the rows would take most of an hour;
+the skip and its reason go into the JSON. The compiled rows' first steps (compilation, about a minute on 2 cores)
+are reported apart (first_train_step_s, first_eval_forward_s, first_classify_s).
 
 on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on),
 (2) an inference forward (eval mode, no_grad) of the same batch (PLM scoring), and (3) eval-mode sequence
