@@ -73,17 +73,13 @@ def bare_steps(model, batch, *, runs: int, learning_rate: float, weight_decay: f
 
 
 def pretraining_batch(config, *, batch, seq_len, num_predict, seed=0):
-    sys.path.insert(0, str(REPO / "tests"))
-    from model_helpers import xlnet_masks
+    """bench_model's pretraining batch at these shapes, with a full memory (mem_len tokens per layer)."""
+    from bench_model import make_batch
 
+    inputs = make_batch(dict(batch=batch, seq_len=seq_len, num_predict=num_predict, vocab_size=config.vocab_size), seed)
     gen = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(8, config.vocab_size, (batch, seq_len), generator=gen)
-    token_type_ids = torch.zeros(batch, seq_len, dtype=torch.long)
-    token_type_ids[:, seq_len // 2:-1], token_type_ids[:, -1] = 1, 2
-    perm_mask, target_mapping = xlnet_masks(batch, seq_len, num_predict, seed=seed)
     mems = [torch.randn(batch, config.mem_len, config.d_model, generator=gen) for _ in range(config.n_layer)]
-    return dict(input_ids=input_ids, token_type_ids=token_type_ids, perm_mask=perm_mask, target_mapping=target_mapping,
-                labels=input_ids.gather(1, target_mapping.argmax(-1)), mems=mems, use_mems=True)
+    return dict(inputs, mems=mems, use_mems=True)
 
 
 def classification_batch(config, *, batch, seq_len, num_labels, seed=0):

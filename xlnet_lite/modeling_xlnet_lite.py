@@ -333,8 +333,8 @@ class XLNetLiteRelativeAttention(nn.Module):
         (q+b)s_same/diff is computed exactly as extra dims of the q.k product: with same_ij = onehot(seg_i) .
         onehot(seg_j), (q+b)s = (q+b)s_diff + [(q+b)(s_same - s_diff)] same_ij, and the first part is the same for
         every key of a row, so softmax drops it. Under torch.compile (seg_classes 0: counting the segment ids would
-        read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns (B, Q, N*D) and the probabilities (explicit path only).
-        A query that may see no key attends to nothing.
+        read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns
+        (B, Q, N*D) and the probabilities (explicit path only). A query that may see no key attends to nothing.
         """
         k, v, kr = keys
         u, v_bias, b = biases
