@@ -5,6 +5,11 @@ from a short sweep); each finetuned on the in-domain news-topic task and on Rott
 
     python benchmarks/bench_pretraining_value.py --budgets 3 6 --seeds 0 1 2 \
         --out benchmarks/results/pretraining_value.json --plot benchmarks/results/pretraining_value.png
+    python benchmarks/bench_pretraining_value.py --budgets 6 12 --xlnet_variant default= \
+        --xlnet_variant "span1_const=--max_span_length 1 --lr_scheduler_type constant_with_warmup"
+
+--xlnet_variant NAME=FLAGS adds an XLNet-Lite arm pretrained with extra run_pretraining.py flags (the levers of
+issue 16: span length, schedule, plm_probability, ...), finetuned and tabled like the others.
 
 Pretraining: `pretrain/run_pretraining.py --max_train_minutes M` (the small preset, its defaults: batch 16, seq_len
 128, lr 3e-4, 100 warmup steps, linear decay to zero at the deadline) and `xlnet_lite.mlm_baseline.pretrain_mlm`
@@ -19,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -60,9 +66,28 @@ class Runs:
         return record
 
 
-def pretrain_xlnet(runs, minutes, env):
-    out = runs.root / f"xlnet_{minutes:g}min"
-    cmd = [sys.executable, str(REPO / "pretrain" / "run_pretraining.py"), "--max_train_minutes", str(minutes),
+def xlnet_arm(variant, minutes):
+    """Run and table names of an XLNet-Lite arm: `xlnet_6min` for the recipe's defaults, `xlnet_span1_6min` for the
+    variant named span1."""
+    return f"xlnet_{minutes:g}min" if variant == "default" else f"xlnet_{variant}_{minutes:g}min"
+
+
+def xlnet_column(variant):
+    """The results table's column of an XLNet-Lite arm: xlnet_lite (defaults) or xlnet_lite_NAME."""
+    return "xlnet_lite" if variant == "default" else f"xlnet_lite_{variant}"
+
+
+def parse_variant(text):
+    """--xlnet_variant NAME=FLAGS -> (NAME, [flags]); FLAGS are run_pretraining.py flags."""
+    name, sep, flags = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=FLAGS (NAME a word), got {text!r}")
+    return name, shlex.split(flags)
+
+
+def pretrain_xlnet(runs, minutes, env, variant="default", flags=()):
+    out = runs.root / xlnet_arm(variant, minutes)
+    cmd = [sys.executable, str(REPO / "pretrain" / "run_pretraining.py"), *flags, "--max_train_minutes", str(minutes),
            "--output_dir", str(out), "--checkpointing_steps", "0", "--overwrite_output_dir"]
 
     def compute():
@@ -70,7 +95,7 @@ def pretrain_xlnet(runs, minutes, env):
         results = json.loads((out / "results.json").read_text())
         return {"command": " ".join(cmd[1:]), "wall_seconds": wall, "model": str(out), "results": results}
 
-    return runs.get(f"pretrain_xlnet_{minutes:g}min", compute)
+    return runs.get(f"pretrain_{xlnet_arm(variant, minutes)}", compute)
 
 
 def pretraining_texts():
@@ -141,10 +166,12 @@ def plot(table, budgets, path):
 
     fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4))
     for ax, task in zip(axes, TASKS):
-        for arm, style in (("xlnet_lite", "o-"), ("bert_mlm", "s--")):
+        arms = [arm for arm in table[task] if arm.startswith("xlnet_lite")] + ["bert_mlm"]
+        for arm, style in zip(arms, ("o-", "^-", "v-", "D-", "P-", "X-")[:len(arms) - 1] + ("s--",)):
             means = [table[task][arm][f"{m:g}"]["mean"] for m in budgets]
             stds = [table[task][arm][f"{m:g}"]["std"] for m in budgets]
-            ax.errorbar(budgets, means, yerr=stds, fmt=style, capsize=4, label=arm.replace("_", " ").replace("xlnet lite", "XLNet-Lite PLM").replace("bert mlm", "BERT MLM"))
+            label = "BERT MLM" if arm == "bert_mlm" else "XLNet-Lite PLM" + arm.removeprefix("xlnet_lite").replace("_", " ")
+            ax.errorbar(budgets, means, yerr=stds, fmt=style, capsize=4, label=label)
         rand = table[task]["random_init"]
         ax.axhspan(rand["mean"] - rand["std"], rand["mean"] + rand["std"], color="grey", alpha=0.25)
         ax.axhline(rand["mean"], color="grey", label="random init (XLNet-Lite)")
@@ -163,6 +190,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budgets", type=float, nargs="+", default=[3.0, 6.0], help="Pretraining minutes.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Finetuning seeds.")
+    parser.add_argument("--xlnet_variant", dest="xlnet_variants", type=parse_variant, action="append", metavar="NAME=FLAGS",
+                        help="An XLNet-Lite arm pretrained with these run_pretraining.py flags, e.g. "
+                             "'span1=--max_span_length 1'; repeatable; 'default=' is the recipe's defaults (the "
+                             "only arm when the flag is not given).")
     parser.add_argument("--bert_lrs", type=float, nargs="+", default=[3e-4, 1e-3], help="BERT learning-rate sweep.")
     parser.add_argument("--sweep_minutes", type=float, default=1.5, help="Pretraining minutes of each sweep run.")
     parser.add_argument("--rt_train_samples", type=int, default=1000)
@@ -179,8 +210,9 @@ def main():
     runs = Runs(args.runs_dir)
     budgets = sorted(args.budgets)
 
-    xlnet = {m: pretrain_xlnet(runs, m, env) for m in budgets}
-    tokenizer = str(Path(xlnet[budgets[0]]["model"]))  # the tokenizer every run trains the same way, saved with the model
+    variants = dict(args.xlnet_variants or [("default", [])])
+    xlnet = {(v, m): pretrain_xlnet(runs, m, env, v, flags) for v, flags in variants.items() for m in budgets}
+    tokenizer = str(Path(next(iter(xlnet.values()))["model"]))  # the tokenizer every run trains the same way, saved with the model
     sweep = {lr: pretrain_bert(runs, args.sweep_minutes, lr, tokenizer, tag="_sweep") for lr in args.bert_lrs}
     bert_lr = min(sweep, key=lambda lr: sweep[lr]["results"]["eval_mlm_loss"])
     bert = {m: pretrain_bert(runs, m, bert_lr, tokenizer) for m in budgets}
@@ -194,12 +226,15 @@ def main():
         splits = load_splits(embedded_task=task)
         if task == "rotten_tomatoes":
             splits["train"].data = splits["train"].data.select(range(rt))
-        table[task] = {"tfidf": tfidf_baseline(splits)["test_accuracy"], "xlnet_lite": {}, "bert_mlm": {}}
+        table[task] = {"tfidf": tfidf_baseline(splits)["test_accuracy"], **{xlnet_column(v): {} for v in variants},
+                       "bert_mlm": {}}
         table[task]["random_init"] = summarize([finetune_xlnet(runs, "random_init", ["--config_name", tokenizer], task, s, rt, env)
                                                 for s in args.seeds])
         for m in budgets:
-            table[task]["xlnet_lite"][f"{m:g}"] = summarize([finetune_xlnet(
-                runs, f"xlnet_{m:g}min", ["--model_name_or_path", xlnet[m]["model"]], task, s, rt, env) for s in args.seeds])
+            for v in variants:
+                table[task][xlnet_column(v)][f"{m:g}"] = summarize([finetune_xlnet(
+                    runs, xlnet_arm(v, m), ["--model_name_or_path", xlnet[v, m]["model"]], task, s, rt, env)
+                    for s in args.seeds])
             table[task]["bert_mlm"][f"{m:g}"] = summarize([finetune_bert(runs, f"bert_{m:g}min", bert[m]["model"], task, s, rt)
                                                            for s in args.seeds])
 
@@ -209,7 +244,8 @@ def main():
                     "threads": args.threads, "load_average_at_end": os.getloadavg()},
         "budgets_minutes": budgets, "seeds": args.seeds, "bert_learning_rate": bert_lr,
         "bert_sweep": {f"{lr:g}": s["results"]["eval_mlm_loss"] for lr, s in sweep.items()},
-        "pretraining": {"xlnet_lite": {f"{m:g}": r["results"] for m, r in xlnet.items()},
+        "xlnet_variants": {v: shlex.join(flags) for v, flags in variants.items()},
+        "pretraining": {**{xlnet_column(v): {f"{m:g}": xlnet[v, m]["results"] for m in budgets} for v in variants},
                         "bert_mlm": {f"{m:g}": r["results"] for m, r in bert.items()}},
         "test_accuracy": table,
         "runs": [json.loads(p.read_text()) for p in sorted(runs.root.glob("*.json"))],
@@ -221,8 +257,8 @@ def main():
         t = table[task]
         print(f"\n{task}: TF-IDF {t['tfidf']:.3f}, random init {t['random_init']['mean']:.3f} ± {t['random_init']['std']:.3f}")
         for m in budgets:
-            x, b = t["xlnet_lite"][f"{m:g}"], t["bert_mlm"][f"{m:g}"]
-            print(f"  {m:g} min: XLNet-Lite {x['mean']:.3f} ± {x['std']:.3f}   BERT-MLM {b['mean']:.3f} ± {b['std']:.3f}")
+            cells = [(xlnet_column(v), t[xlnet_column(v)][f"{m:g}"]) for v in variants] + [("bert_mlm", t["bert_mlm"][f"{m:g}"])]
+            print(f"  {m:g} min: " + "   ".join(f"{arm} {c['mean']:.3f} ± {c['std']:.3f}" for arm, c in cells))
 
 
 if __name__ == "__main__":
