@@ -82,6 +82,8 @@ def parse_variant(text):
     name, sep, flags = text.partition("=")
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=FLAGS (NAME a word), got {text!r}")
+    if name == "default" and flags.strip():
+        raise argparse.ArgumentTypeError(f"'default' is the recipe's defaults and takes no flags; name this arm otherwise: {text!r}")
     return name, shlex.split(flags)
 
 
@@ -95,7 +97,12 @@ def pretrain_xlnet(runs, minutes, env, variant="default", flags=()):
         results = json.loads((out / "results.json").read_text())
         return {"command": " ".join(cmd[1:]), "wall_seconds": wall, "model": str(out), "results": results}
 
-    return runs.get(f"pretrain_{xlnet_arm(variant, minutes)}", compute)
+    record = runs.get(f"pretrain_{xlnet_arm(variant, minutes)}", compute)
+    recorded = record["command"].split()[1:]  # the script, then the variant's flags, then --max_train_minutes
+    if recorded[:recorded.index("--max_train_minutes")] != list(flags):  # a finished run of this name, other flags
+        sys.exit(f"--xlnet_variant {variant}: {runs.root} holds a run of that name made with other flags "
+                 f"({record['command']}); rename the variant or delete that run")
+    return record
 
 
 def pretraining_texts():
