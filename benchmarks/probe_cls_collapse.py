@@ -18,6 +18,7 @@ import torch
 
 from xlnet_lite.data import embedded_news_topics
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
+from xlnet_lite.training import write_json
 
 
 def stats(vectors):
@@ -72,9 +73,7 @@ def main():
         results[path] = stats(bert_features(path, texts, args.max_seq_length))
     print(json.dumps(results, indent=2))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
+        write_json(args.out, results)
 
 
 if __name__ == "__main__":

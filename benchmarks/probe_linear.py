@@ -12,7 +12,6 @@ Random initialisation (XLNet-Lite, the first --xlnet folder's config, seed 0) is
 """
 
 import argparse
-import json
 import sys
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 
 from xlnet_lite.data import embedded_news_topics
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
+from xlnet_lite.training import write_json
 
 SPLITS = ("train", "validation", "test")
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0)
@@ -90,9 +90,7 @@ def main():
                                     max_len=args.max_seq_length)
         print(name, {k: round(v["test_accuracy"], 3) for k, v in results[name].items()}, flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
+        write_json(args.out, results)
 
 
 if __name__ == "__main__":
