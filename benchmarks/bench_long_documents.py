@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xlnet_lite.data import embedded_rotten_tomatoes
+from xlnet_lite.embedded_datasets import embedded_rotten_tomatoes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from a short sweep); each finetuned on the in-domain news-topic task and on Rott
 issue 16: span length, schedule, plm_probability, ...), finetuned and tabled like the others.
 
 Pretraining: `pretrain/run_pretraining.py --max_train_minutes M` (the small preset, its defaults: batch 16, seq_len
-128, lr 3e-4, 100 warmup steps, linear decay to zero at the deadline) and `xlnet_lite.mlm_baseline.pretrain_mlm`
+128, lr 3e-4, 100 warmup steps, linear decay to zero at the deadline) and `benchmarks.baselines.bert_mlm.pretrain_mlm`
 (the same batch, sequence length, warmup and deadline schedule, on the same documents, with the tokenizer the
 XLNet-Lite run trained). The clock counts only optimizer steps in both. Finetuning: the main job's budget (3 epochs,
 lr 3e-4, the first 128 tokens, dropout 0.1, batch 16); Rotten Tomatoes on its first --rt_train_samples training
@@ -118,14 +118,14 @@ def pretrain_bert(runs, minutes, learning_rate, tokenizer_path, tag=""):
     out = runs.root / f"bert_{minutes:g}min_lr{learning_rate:g}{tag}"
 
     def compute():
-        from xlnet_lite.mlm_baseline import pretrain_mlm
+        from benchmarks.baselines.bert_mlm import pretrain_mlm
         from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 
         train, valid = pretraining_texts()
         start = time.perf_counter()
         results = pretrain_mlm(train, load_tokenizer(tokenizer_path), minutes=minutes, learning_rate=learning_rate,
                                output_dir=str(out), eval_texts=valid)
-        return {"command": f"xlnet_lite.mlm_baseline.pretrain_mlm(minutes={minutes}, learning_rate={learning_rate})",
+        return {"command": f"benchmarks.baselines.bert_mlm.pretrain_mlm(minutes={minutes}, learning_rate={learning_rate})",
                 "wall_seconds": time.perf_counter() - start, "model": str(out), "results": results}
 
     return runs.get(f"pretrain_bert_{minutes:g}min_lr{learning_rate:g}{tag}", compute)
@@ -150,12 +150,12 @@ def finetune_xlnet(runs, name, model_flags, task, seed, rt_samples, env):
 def finetune_bert(runs, name, model_path, task, seed, rt_samples):
     def compute():
         from xlnet_lite.classification_data import load_splits
-        from xlnet_lite.mlm_baseline import finetune_bert_classifier
+        from benchmarks.baselines.bert_mlm import finetune_bert_classifier
         from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 
         r = finetune_bert_classifier(model_path, load_tokenizer(model_path), load_splits(embedded_task=task), seed=seed,
                                      max_train_samples=rt_samples if task == "rotten_tomatoes" else None)
-        return {"command": f"xlnet_lite.mlm_baseline.finetune_bert_classifier({model_path}, {task}, seed={seed})", **r}
+        return {"command": f"benchmarks.baselines.bert_mlm.finetune_bert_classifier({model_path}, {task}, seed={seed})", **r}
 
     return runs.get(f"finetune_{name}_{task}_seed{seed}", compute)
 
@@ -224,7 +224,7 @@ def main():
     bert_lr = min(sweep, key=lambda lr: sweep[lr]["results"]["eval_mlm_loss"])
     bert = {m: pretrain_bert(runs, m, bert_lr, tokenizer) for m in budgets}
 
-    from xlnet_lite.baselines import tfidf_baseline
+    from benchmarks.baselines.tfidf import tfidf_baseline
     from xlnet_lite.classification_data import load_splits
 
     table = {}

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from xlnet_lite.data import embedded_news_topics
+from xlnet_lite.embedded_datasets import embedded_news_topics
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 from xlnet_lite.training import write_json
 

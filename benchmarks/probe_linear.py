@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import torch
 
-from xlnet_lite.data import embedded_news_topics
+from xlnet_lite.embedded_datasets import embedded_news_topics
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 from xlnet_lite.training import write_json
 
@@ -71,7 +71,7 @@ def main():
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--xlnet", action="append", required=True, help="XLNet-Lite folder (repeatable).")
-    parser.add_argument("--bert", action="append", default=[], help="BERT folder from xlnet_lite.mlm_baseline (repeatable).")
+    parser.add_argument("--bert", action="append", default=[], help="BERT folder from benchmarks.baselines.bert_mlm (repeatable).")
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out")

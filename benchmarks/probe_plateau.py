@@ -22,7 +22,8 @@ import torch
 
 from xlnet_lite import XLNetLiteConfig, XLNetLiteLMHeadModel
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
-from xlnet_lite.data import PretrainingStream, embedded_news_texts
+from xlnet_lite.data import PretrainingStream
+from xlnet_lite.embedded_datasets import embedded_news_texts
 from xlnet_lite.model_utils import init_lm_bias_at_unigram, unigram_log_probs  # the recipe's own start
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 

@@ -24,7 +24,7 @@ SCRIPT = str(ROOT / "pretrain" / "run_pretraining.py")
 
 def make_corpus(folder: Path):
     sys.path.insert(0, str(ROOT))
-    from xlnet_lite.data import embedded_news_texts
+    from xlnet_lite.embedded_datasets import embedded_news_texts
 
     texts = [t.replace("\n\n", "\n") for t in embedded_news_texts() if t.strip()]
     (folder / "train.txt").write_text("\n\n".join(texts[:60]), encoding="utf-8")

@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 
 import xlnet_lite
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
-from xlnet_lite.data import PretrainingStream, build_eval_batches, embedded_news_pretraining_texts, read_text_documents
+from xlnet_lite.data import PretrainingStream, build_eval_batches, read_text_documents
+from xlnet_lite.embedded_datasets import embedded_news_pretraining_texts
 from xlnet_lite.model_utils import (
     MODEL_PRESETS,
     PRETRAINING_ONLY_FIELDS,

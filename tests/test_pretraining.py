@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "pretrain"))
 import run_pretraining  # noqa: E402
 
-from xlnet_lite.data import embedded_news_texts  # noqa: E402
+from xlnet_lite.embedded_datasets import embedded_news_texts  # noqa: E402
 from xlnet_lite.training import parse_args  # noqa: E402
 from xlnet_lite.tokenization_xlnet_lite import train_tokenizer  # noqa: E402
 

@@ -13,14 +13,7 @@ from transformers import (
 from .collator import DataCollatorForXLNetPretraining
 from .configuration_xlnet_lite import XLNetLiteConfig
 from .convert import from_hf_xlnet, to_hf_xlnet
-from .data import (
-    PretrainingStream,
-    build_eval_batches,
-    embedded_news_texts,
-    embedded_rotten_tomatoes,
-    read_text_documents,
-    tokenize_documents,
-)
+from .data import PretrainingStream, build_eval_batches, read_text_documents, tokenize_documents
 from .modeling_xlnet_lite import (
     XLNetLiteCache,
     XLNetLiteForMultipleChoice,
@@ -75,6 +68,4 @@ __all__ = [
     "build_eval_batches",
     "tokenize_documents",
     "read_text_documents",
-    "embedded_news_texts",
-    "embedded_rotten_tomatoes",
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .training import RecipeError
+from .errors import RecipeError
 
 # GLUE column names (nyu-mll/glue).
 TASK_TO_KEYS = {
@@ -36,14 +36,14 @@ EMBEDDED_TASKS = ("news_topic", "rotten_tomatoes")
 def load_splits(*, task_name=None, train_file=None, validation_file=None, test_file=None,
                 embedded_task="news_topic") -> dict[str, Split]:
     """train, validation (validation_mismatched for MNLI) and optionally test: a GLUE task from the Hub, files, or
-    an embedded task (`news_topic`: xlnet_lite.data.embedded_news_topics, in-domain for the default pretraining;
-    `rotten_tomatoes`: xlnet_lite.data.embedded_rotten_tomatoes, out-of-domain)."""
+    an embedded task (`news_topic`: xlnet_lite.embedded_datasets.embedded_news_topics, in-domain for the default
+    pretraining; `rotten_tomatoes`: xlnet_lite.embedded_datasets.embedded_rotten_tomatoes, out-of-domain)."""
     if task_name:
         return _glue_splits(task_name)
     if train_file:
         files = {"train": train_file, "validation": validation_file, "test": test_file}
         return {name: Split(load_data_file(path), path) for name, path in files.items() if path}
-    from .data import embedded_news_topics, embedded_rotten_tomatoes
+    from .embedded_datasets import embedded_news_topics, embedded_rotten_tomatoes
 
     if embedded_task not in EMBEDDED_TASKS:
         raise RecipeError(f"unknown embedded task {embedded_task!r}; choose one of {', '.join(EMBEDDED_TASKS)}")

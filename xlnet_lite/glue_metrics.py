@@ -1,4 +1,5 @@
-"""GLUE metrics, computed locally with scikit-learn and scipy (no metric script is fetched from a hub).
+"""GLUE metrics, computed locally with scikit-learn and scipy (no metric script is fetched from a hub). Both come with
+the `recipes` extra (`pip install xlnet-lite[recipes]`) and are imported when a metric that needs them is computed.
 
 Names follow GLUE / the `evaluate` "glue" metric: CoLA `matthews_correlation`; STS-B `pearson` and
 `spearmanr`; MRPC and QQP `accuracy` and `f1` (binary, positive class 1); every other task `accuracy`.
@@ -6,8 +7,6 @@ MNLI is scored separately on its matched and mismatched validation sets by the c
 """
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import f1_score, matthews_corrcoef
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
 
@@ -21,14 +20,20 @@ def accuracy(predictions, references):
 
 
 def binary_f1(predictions, references):
+    from sklearn.metrics import f1_score
+
     return float(f1_score(references, predictions, pos_label=1, average="binary", zero_division=0.0))
 
 
 def matthews_correlation(predictions, references):
+    from sklearn.metrics import matthews_corrcoef
+
     return float(matthews_corrcoef(references, predictions))
 
 
 def pearson_spearman(predictions, references):
+    from scipy.stats import pearsonr, spearmanr
+
     predictions = np.asarray(predictions, dtype=np.float64)
     references = np.asarray(references, dtype=np.float64)
     return {"pearson": float(pearsonr(predictions, references)[0]), "spearmanr": float(spearmanr(predictions, references)[0])}

@@ -39,9 +39,7 @@ from safetensors.torch import load_file, save_file
 from transformers import HfArgumentParser, get_scheduler
 from transformers.trainer_pt_utils import get_parameter_names
 
-
-class RecipeError(ValueError):
-    """Bad flags, files or data: the message names the flag, file or column. Recipes print it as one line."""
+from .errors import RecipeError
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from .collator import DataCollatorForXLNetPretraining
-from .data import PretrainingStream, embedded_news_texts, split_sentences
+from .data import PretrainingStream, split_sentences
+from .embedded_datasets import embedded_news_texts
 from .tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import training
-from .model_utils import MODEL_PRESETS, init_lm_bias_at_unigram, unigram_cross_entropy, unigram_log_probs
-from .tokenization_xlnet_lite import special_token_ids
+from xlnet_lite import training
+from xlnet_lite.model_utils import MODEL_PRESETS, init_lm_bias_at_unigram, unigram_cross_entropy, unigram_log_probs
+from xlnet_lite.tokenization_xlnet_lite import special_token_ids
 
 
 def _device(device):
@@ -102,7 +102,7 @@ def mlm_blocks(texts, tokenizer, seq_len=128):
     pretraining reads them; empty documents dropped), concatenated with `<sep>` between documents, and cut into
     consecutive pieces of seq_len - 2 tokens, each wrapped as `<cls> ... <sep>` (the remainder is dropped).
     Returns a LongTensor (n_blocks, seq_len); the same texts give the same blocks."""
-    from .data import tokenize_documents
+    from xlnet_lite.data import tokenize_documents
 
     if seq_len < 3:
         raise ValueError(f"seq_len must be at least 3 (<cls>, a token, <sep>), got {seq_len}")
@@ -264,7 +264,7 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
 
 def _encode(split, tokenizer, *, max_seq_length, targets, max_samples=None):
     """[(input_ids, label)] of a split: `<cls> sentence <sep>`, the sentence cut to max_seq_length - 2 tokens."""
-    from .classification_data import Split, text_columns
+    from xlnet_lite.classification_data import Split, text_columns
 
     first, second = text_columns(split)
     if second is not None:
@@ -313,7 +313,7 @@ def finetune_bert_classifier(model_path_or_config, tokenizer, splits, *, seed, e
     from accelerate.utils import set_seed
     from transformers import BertConfig, BertForSequenceClassification, get_scheduler
 
-    from .classification_data import SegmentCountBatchSampler, label_ids, read_labels
+    from xlnet_lite.classification_data import SegmentCountBatchSampler, label_ids, read_labels
 
     if max_seq_length < 3:
         raise ValueError(f"max_seq_length must be at least 3 (<cls>, a token, <sep>), got {max_seq_length}")

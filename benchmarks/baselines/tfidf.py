@@ -1,7 +1,7 @@
 """The baseline a finetuned classifier has to beat: TF-IDF + logistic regression, on any of the finetuning
 recipe's embedded tasks (or your own train / validation / test files).
 
-    python -m xlnet_lite.baselines [--embedded_task news_topic|rotten_tomatoes] [--out results.json]
+    python -m benchmarks.baselines.tfidf [--embedded_task news_topic|rotten_tomatoes] [--out results.json]
 
 Word 1-2 grams (sublinear tf), L2 logistic regression; C chosen on the validation split, then the test accuracy of
 that model. Wall time covers vectorising, fitting every C, selecting, and predicting the test split.
@@ -19,7 +19,7 @@ C_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 
 def _texts(split):
-    from .classification_data import text_columns
+    from xlnet_lite.classification_data import text_columns
 
     first, second = text_columns(split)
     if second is not None:
@@ -33,7 +33,7 @@ def tfidf_baseline(splits) -> dict:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from .glue_metrics import accuracy
+    from xlnet_lite.glue_metrics import accuracy
 
     start = time.perf_counter()
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1)
@@ -59,9 +59,9 @@ def tfidf_baseline(splits) -> dict:
 
 
 def main(argv=None):
-    from .classification_data import EMBEDDED_TASKS, load_splits
+    from xlnet_lite.classification_data import EMBEDDED_TASKS, load_splits
 
-    parser = argparse.ArgumentParser(prog="python -m xlnet_lite.baselines", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines.tfidf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedded_task", choices=EMBEDDED_TASKS, default="news_topic")
     parser.add_argument("--train_file", help="CSV / TSV / JSON lines (instead of --embedded_task), as finetune/run_glue.py")
     parser.add_argument("--validation_file")

@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """What pretraining bought on a downstream task: the test accuracy of the classifier finetuned from the pretrained
 model, of the same architecture finetuned from random initialisation, and of TF-IDF + logistic regression.
 
-    python finetune/compare_init.py outputs/news_topic [--out outputs/news_topic/comparison.json]
+    python -m benchmarks.compare_init outputs/news_topic [--out outputs/news_topic/comparison.json]
 
 Reads FOLDER/pretrained/all_results.json, FOLDER/random_init/all_results.json and FOLDER/tfidf.json (as
 scripts/main_job.sh leaves them), prints a table and writes it as JSON.
@@ -22,7 +21,7 @@ def read_results(folder: Path) -> dict:
              "tfidf": folder / "tfidf.json"}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
-        sys.exit(f"compare_init.py: error: no {', '.join(missing)} (run scripts/main_job.sh first)")
+        sys.exit(f"compare_init: error: no {', '.join(missing)} (run scripts/main_job.sh first)")
     return {name: json.loads(path.read_text()) for name, path in paths.items()}
 
 
@@ -40,7 +39,7 @@ def compare(results: dict) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_init", description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
