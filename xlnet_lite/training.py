@@ -39,6 +39,8 @@ from safetensors.torch import load_file, save_file
 from transformers import HfArgumentParser, get_scheduler
 from transformers.trainer_pt_utils import get_parameter_names
 
+from .precision import PRECISIONS, cpu_bf16_units, resolve_precision
+
 from .errors import RecipeError
 
 
@@ -70,8 +72,10 @@ class RecipeArguments:
         "help": "transformers learning-rate schedule.", "choices": SCHEDULES})
     num_warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps (or use --warmup_ratio)."})
     warmup_ratio: float = field(default=0.0, metadata={"help": "Warmup as a fraction of the run's steps (overrides --num_warmup_steps)."})
-    mixed_precision: str | None = field(default=None, metadata={
-        "help": "no, bf16 or fp16 (default: what `accelerate launch` says).", "choices": ["no", "bf16", "fp16"]})
+    mixed_precision: str = field(default="auto", metadata={
+        "help": "auto: bf16 where the CPU has AMX or AVX512-BF16 or the GPU supports bf16, fp32 elsewhere; a precision "
+                "given to `accelerate launch` (--mixed_precision or its config) is used instead. no, bf16 or fp16 here "
+                "win over both.", "choices": list(PRECISIONS)})
     torch_compile: bool = field(default=False, metadata={"help": "Compile the model with torch.compile (inductor)."})
     skip_nonfinite: bool = field(default=False, metadata={"help": "Skip optimizer steps whose loss is NaN/inf (default: stop)."})
     logging_steps: int = field(default=10, metadata={"help": "Write a metrics.jsonl record every N optimizer steps."})
@@ -622,23 +626,20 @@ class _DropSharedTensorNote(logging.Filter):
         return "Removed shared tensor" not in record.getMessage()
 
 
-def cpu_lacks_bf16() -> bool:
-    """True on a CPU without AVX512-BF16 or AMX: there bf16 matmuls are emulated (measured on an AVX2 AMD EPYC:
-    0.3 GFLOP/s against 84 fp32; a training step of the small preset 19 s instead of 0.7 s)."""
-    return not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
 def make_accelerator(a: RecipeArguments):
-    from accelerate import Accelerator
+    from accelerate import Accelerator, PartialState
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
-    kwargs = {"gradient_accumulation_steps": a.gradient_accumulation_steps, "mixed_precision": a.mixed_precision}
+    device_type = PartialState().device.type
+    precision, why = resolve_precision(a.mixed_precision, device_type)
+    kwargs = {"gradient_accumulation_steps": a.gradient_accumulation_steps, "mixed_precision": precision}
     if a.with_tracking:
         kwargs.update(log_with=a.report_to, project_dir=a.output_dir)
     if a.torch_compile:
         kwargs["dynamo_backend"] = "inductor"
     accelerator = Accelerator(**kwargs)
-    if accelerator.mixed_precision == "bf16" and accelerator.device.type == "cpu" and cpu_lacks_bf16():
+    accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
+    if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
         accelerator.print(f"warning: bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX) is "
                           "emulated and many times slower than fp32; pass --mixed_precision no (or launch without bf16)")
     return accelerator

@@ -1,0 +1,60 @@
+"""`--mixed_precision auto`: bf16 where the hardware runs it fast, fp32 elsewhere; an explicit choice wins.
+
+On CPUs bf16 is fast only with AMX or AVX512-BF16 units: measured on 2 cores, the default pretraining runs 1.95x
+faster in bf16 on an Intel Xeon with AMX and 2.0x on an AMD EPYC (Zen 4) with AVX512-BF16, while an AVX2-only EPYC
+emulates bf16 many times slower than fp32. On CUDA, bf16 where the GPU supports it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("auto", "no", "bf16", "fp16")
+
+
+def cpu_bf16_units() -> list[str]:
+    """The bf16 matmul units of this CPU (AMX, AVX512-BF16), as torch sees them."""
+    return [name for name, has in (("AMX", torch.cpu._is_amx_tile_supported()),
+                                   ("AVX512-BF16", torch.cpu._is_avx512_bf16_supported())) if has]
+
+
+def fast_bf16(device_type: str) -> tuple[bool, str]:
+    """Whether bf16 runs fast on this kind of device, and why."""
+    if device_type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return ok, f"{torch.cuda.get_device_name()} {'supports' if ok else 'does not support'} bf16"
+    if device_type == "cpu":
+        units = cpu_bf16_units()
+        if units:
+            return True, f"this CPU has {' and '.join(units)}"
+        return False, f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AMX or AVX512-BF16"
+    return False, f"no bf16 rule for {device_type} devices"
+
+
+def launcher_precision() -> str | None:
+    """The precision `accelerate launch` was given (its --mixed_precision or its config file), or None when it was
+    left unset. accelerate passes an unset precision on as "no", the same as an explicit `--mixed_precision no`; the
+    two are told apart by the launcher's command line (the parent process's, on Linux)."""
+    value = os.environ.get("ACCELERATE_MIXED_PRECISION")
+    if value is None or value != "no":
+        return value
+    try:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return "no" if any(arg.startswith(b"--mixed_precision") for arg in parent) else None
+
+
+def resolve_precision(requested: str | None, device_type: str) -> tuple[str, str]:
+    """(precision, why) for the Accelerator: the recipe's --mixed_precision when it is not auto, else the one given
+    to `accelerate launch`, else bf16 where it is fast on `device_type` and "no" (fp32) elsewhere."""
+    if requested not in (None, "auto"):
+        return requested, f"--mixed_precision {requested}"
+    launched = launcher_precision()
+    if launched is not None:
+        return launched, f"accelerate launch --mixed_precision {launched}"
+    ok, why = fast_bf16(device_type)
+    return ("bf16" if ok else "no"), f"auto: {why}"
