@@ -1,10 +1,12 @@
 """What pretraining bought on a downstream task: the test accuracy of the classifier finetuned from the pretrained
 model, of the same architecture finetuned from random initialisation, and of TF-IDF + logistic regression.
 
-    python -m benchmarks.compare_init outputs/news_topic [--out outputs/news_topic/comparison.json]
+    python -m benchmarks.compare_init outputs/newsgroups [--pretraining outputs/pretrain] [--out outputs/comparison.json]
 
-Reads FOLDER/pretrained/all_results.json, FOLDER/random_init/all_results.json and FOLDER/tfidf.json (as
-scripts/main_job.sh leaves them), prints a table and writes it as JSON.
+Reads FOLDER/pretrained/ and FOLDER/random_init/ (finetune/run_glue.py output folders: all_results.json and
+run_args.json) and FOLDER/tfidf.json (benchmarks.baselines.tfidf), and the pretraining run's results.json if given;
+prints a table and writes it as JSON: {"pretrained": {"test_accuracy": ...}, "random_init": {...}, "tfidf": {...},
+"majority_class": {...}, "pretraining_gain_points": ..., ...}.
 """
 
 import argparse
@@ -13,45 +15,59 @@ import sys
 from pathlib import Path
 
 ROWS = (("pretrained", "XLNet-Lite, pretrained here"), ("random_init", "same architecture, random init"),
-        ("tfidf", "TF-IDF + logistic regression"))
+        ("tfidf", "TF-IDF + logistic regression"), ("majority_class", "majority class"))
+PRETRAINING_KEYS = ("steps", "train_tokens_seen", "train_seconds", "tokens_per_second", "eval_loss",
+                    "unigram_baseline_loss", "mixed_precision", "parameters")
 
 
-def read_results(folder: Path) -> dict:
-    paths = {"pretrained": folder / "pretrained" / "all_results.json", "random_init": folder / "random_init" / "all_results.json",
-             "tfidf": folder / "tfidf.json"}
-    missing = [str(p) for p in paths.values() if not p.is_file()]
-    if missing:
-        sys.exit(f"compare_init: error: no {', '.join(missing)} (run scripts/main_job.sh first)")
-    return {name: json.loads(path.read_text()) for name, path in paths.items()}
+def read_json(path: Path) -> dict:
+    if not path.is_file():
+        sys.exit(f"compare_init: error: no {path} (run scripts/main_job.sh first)")
+    return json.loads(path.read_text())
 
 
-def compare(results: dict) -> dict:
-    accuracy = {name: results[name]["test_accuracy"] for name, _ in ROWS}
-    return {
-        "test_accuracy": accuracy,
-        "validation_accuracy": {"pretrained": results["pretrained"].get("eval_accuracy"),
-                                "random_init": results["random_init"].get("eval_accuracy"),
-                                "tfidf": results["tfidf"]["validation_accuracy"]},
-        "majority_class_test_accuracy": results["tfidf"]["majority_class_test_accuracy"],
-        "test_examples": results["tfidf"]["test_examples"],
-        "pretraining_gain_points": round(100 * (accuracy["pretrained"] - accuracy["random_init"]), 2),
-    }
+def finetuned_row(folder: Path) -> dict:
+    results, flags = read_json(folder / "all_results.json"), read_json(folder / "run_args.json")
+    return {"test_accuracy": results["test_accuracy"], "validation_accuracy": results.get("eval_accuracy"),
+            "learning_rate": flags.get("learning_rate"), "best_epoch": results.get("best_epoch"),
+            "epochs": results.get("epochs"), "train_samples": results.get("train_samples"),
+            "train_runtime_s": results.get("train_runtime_s"), "mixed_precision": results.get("mixed_precision")}
+
+
+def compare(folder: Path, pretraining: Path | None = None) -> dict:
+    tfidf = read_json(folder / "tfidf.json")
+    table = {"pretrained": finetuned_row(folder / "pretrained"), "random_init": finetuned_row(folder / "random_init"),
+             "tfidf": {"test_accuracy": tfidf["test_accuracy"], "validation_accuracy": tfidf["validation_accuracy"],
+                       "C": tfidf["best_C"], "train_samples": tfidf["train_examples"]},
+             "majority_class": {"test_accuracy": tfidf["majority_class_test_accuracy"]}}
+    accuracy = {name: table[name]["test_accuracy"] for name, _ in ROWS}
+    table.update(
+        test_examples=tfidf["test_examples"],
+        pretraining_gain_points=round(100 * (accuracy["pretrained"] - accuracy["random_init"]), 2),
+        pretrained_minus_tfidf_points=round(100 * (accuracy["pretrained"] - accuracy["tfidf"]), 2),
+    )
+    if pretraining is not None:
+        results = read_json(pretraining / "results.json")
+        table["pretraining"] = {k: results.get(k) for k in PRETRAINING_KEYS}
+    return table
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_init", description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
+    parser.add_argument("--pretraining", type=Path, help="The pretraining output folder (its results.json).")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    summary = compare(read_results(args.folder))
-    print(f"\ntest accuracy on {args.folder.name} ({summary['test_examples']} test examples):")
+    table = compare(args.folder, args.pretraining)
+    print(f"\ntest accuracy on {args.folder.name} ({table['test_examples']} test examples):")
     for name, title in ROWS:
-        print(f"  {title:<34} {summary['test_accuracy'][name]:.3f}")
-    print(f"  {'majority class':<34} {summary['majority_class_test_accuracy']:.3f}")
-    print(f"pretraining: {summary['pretraining_gain_points']:+.1f} points over random initialisation")
+        print(f"  {title:<34} {table[name]['test_accuracy']:.3f}")
+    print(f"pretraining: {table['pretraining_gain_points']:+.1f} points over random initialisation, "
+          f"{table['pretrained_minus_tfidf_points']:+.1f} over TF-IDF")
     if args.out:
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(table, indent=2) + "\n")
+    return table
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
     python finetune/run_glue.py ...                            (one process)
 
 Data: --task_name (GLUE from the Hub), --train_file/--validation_file/--test_file (CSV, TSV or JSON lines with
-`sentence` or `sentence1` + `sentence2`, and `label`), or an embedded task (--embedded_task): by default news_topic, the
-topic of an embedded news article (in-domain for the default pretraining, whose corpus leaves out this task's
-validation and test articles), or rotten_tomatoes (movie-review sentiment, out-of-domain). Model: the
+`sentence` or `sentence1` + `sentence2`, and `label`), or an embedded task (--embedded_task): by default newsgroups,
+20 Newsgroups (20 classes; the default pretraining reads its training text, without this task's validation and test
+messages), news_topic (the topic of an embedded news article) or rotten_tomatoes (movie-review sentiment).
+--max_train_samples_per_class N finetunes on the first N labelled examples of each class. Model: the
 pretraining output (default outputs/pretrain), any XLNet-Lite or transformers XLNet checkpoint (--model_name_or_path,
 folder or Hub id), or a random initialisation (--config_name).
 
@@ -40,6 +41,7 @@ from xlnet_lite.classification_data import (
     Labels,
     SegmentCollator,
     check_split,
+    first_per_class,
     load_splits,
     make_loader,
     read_labels,
@@ -52,7 +54,7 @@ from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 from xlnet_lite import training
 
 DEFAULT_PRETRAINED = "outputs/pretrain"
-PRETRAIN_COMMAND = ("accelerate launch --cpu --num_processes 1 --num_machines 1 --dynamo_backend no --mixed_precision no "
+PRETRAIN_COMMAND = ("accelerate launch --cpu --num_processes 1 --num_machines 1 --dynamo_backend no "
                     "pretrain/run_pretraining.py")
 OUTPUTS = ("config.json", "model.safetensors", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json",
            "tokenizer_config.json", "special_tokens_map.json", "metrics.jsonl", "eval_results.json", "all_results.json",
@@ -68,10 +70,11 @@ class FinetuneArguments(training.RecipeArguments):
     train_file: str | None = field(default=None, metadata={"help": "CSV / TSV / JSON lines: `sentence` or `sentence1`+`sentence2`, and `label`."})
     validation_file: str | None = field(default=None, metadata={"help": "Same columns as --train_file."})
     test_file: str | None = field(default=None, metadata={"help": "Same text columns; `label` optional. Writes predict_results.tsv."})
-    embedded_task: Literal[EMBEDDED_TASKS] = field(default="news_topic", metadata={"help": "Without --task_name / --train_file: the embedded news topics (in-domain) or Rotten Tomatoes (out-of-domain)."})
+    embedded_task: Literal[EMBEDDED_TASKS] = field(default="newsgroups", metadata={"help": "Without --task_name / --train_file: 20 Newsgroups, the embedded news topics or Rotten Tomatoes."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per input (per segment in mems mode), <sep>/<cls> included."})
     long_document_mode: Literal["truncate", "mems"] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: truncate, or read as segments carrying the memory."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
+    max_train_samples_per_class: int | None = field(default=None, metadata={"help": "Keep the first N training examples of each class (few-label runs)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N examples of each validation split."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep the first N test examples."})
     # model
@@ -92,7 +95,7 @@ class FinetuneArguments(training.RecipeArguments):
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
-        "max_seq_length", "long_document_mode", "max_train_samples", "mem_len", "mems_backprop", "dropout",
+        "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout",
     )
 
 
@@ -106,6 +109,8 @@ def check_args(a: FinetuneArguments):
         problems.append("pass --model_name_or_path (pretrained weights) or --config_name (random initialisation), not both")
     if a.max_seq_length < 3:
         problems.append(f"--max_seq_length must be at least 3 (text, <sep>, <cls>), got {a.max_seq_length}")
+    if a.max_train_samples_per_class is not None and a.max_train_samples_per_class < 1:
+        problems.append(f"--max_train_samples_per_class must be >= 1, got {a.max_train_samples_per_class}")
     if a.layerwise_lr_decay <= 0:
         problems.append(f"--layerwise_lr_decay must be > 0, got {a.layerwise_lr_decay}")
     if not 0 <= a.dropout < 1:
@@ -224,6 +229,11 @@ def main(argv=None):
     for name, split in splits.items():  # bad columns stop us before the model is loaded
         check_split(split, text_columns(split), needs_label=name != "test")
     labels = read_labels(splits["train"])
+    if a.max_train_samples_per_class:
+        if labels.is_regression:
+            raise training.RecipeError(f"--max_train_samples_per_class: column `label` of {splits['train'].source} "
+                                       "holds regression targets, not classes")
+        splits["train"] = first_per_class(splits["train"], a.max_train_samples_per_class)
     model, tokenizer = load_model_and_tokenizer(a, labels, splits["train"].source)
     training.crash_point("model_built")
     if resume is not None:
@@ -364,7 +374,7 @@ def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
     results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=n_train,
                    train_runtime_s=round(train_runtime, 2), long_document_mode=a.long_document_mode,
-                   max_seq_length=a.max_seq_length)
+                   max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
     if state["history"]:
         results["train_loss"] = state["history"][-1]["train_loss"]
     out = Path(a.output_dir)

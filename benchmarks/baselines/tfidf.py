@@ -1,7 +1,8 @@
 """The baseline a finetuned classifier has to beat: TF-IDF + logistic regression, on any of the finetuning
 recipe's embedded tasks (or your own train / validation / test files).
 
-    python -m benchmarks.baselines.tfidf [--embedded_task news_topic|rotten_tomatoes] [--out results.json]
+    python -m benchmarks.baselines.tfidf [--embedded_task newsgroups|news_topic|rotten_tomatoes]
+        [--max_train_samples_per_class N] [--out results.json]
 
 Word 1-2 grams (sublinear tf), L2 logistic regression; C chosen on the validation split, then the test accuracy of
 that model. Wall time covers vectorising, fitting every C, selecting, and predicting the test split.
@@ -59,20 +60,24 @@ def tfidf_baseline(splits) -> dict:
 
 
 def main(argv=None):
-    from xlnet_lite.classification_data import EMBEDDED_TASKS, load_splits
+    from xlnet_lite.classification_data import EMBEDDED_TASKS, first_per_class, load_splits
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines.tfidf", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--embedded_task", choices=EMBEDDED_TASKS, default="news_topic")
+    parser.add_argument("--embedded_task", choices=EMBEDDED_TASKS, default="newsgroups")
     parser.add_argument("--train_file", help="CSV / TSV / JSON lines (instead of --embedded_task), as finetune/run_glue.py")
     parser.add_argument("--validation_file")
     parser.add_argument("--test_file")
+    parser.add_argument("--max_train_samples_per_class", type=int, help="Train on the first N examples of each class.")
     parser.add_argument("--out", help="Write the results here as JSON.")
     args = parser.parse_args(argv)
     if args.train_file and not (args.validation_file and args.test_file):
         parser.error("--train_file needs --validation_file and --test_file (C is chosen on one, scored on the other)")
     splits = load_splits(train_file=args.train_file, validation_file=args.validation_file, test_file=args.test_file,
                          embedded_task=args.embedded_task)
-    results = {"task": args.train_file or args.embedded_task, **tfidf_baseline(splits)}
+    if args.max_train_samples_per_class:
+        splits["train"] = first_per_class(splits["train"], args.max_train_samples_per_class)
+    results = {"task": args.train_file or args.embedded_task, "train_source": splits["train"].source,
+               **tfidf_baseline(splits)}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
