@@ -84,6 +84,7 @@ class FinetuneArguments(training.RecipeArguments):
     mem_len: int | None = field(default=None, metadata={"help": "mems mode: memory tokens kept per layer (default: the model's mem_len)."})
     mems_backprop: Literal["last", "all"] = field(default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all."})
     dropout: float = field(default=0.1, metadata={"help": "Dropout while finetuning, set on the loaded config (XLNet finetunes with 0.1)."})
+    summary_type: Literal["last", "mean"] | None = field(default=None, metadata={"help": "Pooling, set on the loaded config: last (<cls>, XLNet's) or mean (of the real tokens); default: the model's."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the checkpoint's folder / Hub repo."})
     # optimisation (defaults differ from pretraining)
     output_dir: str = field(default="outputs/finetune", metadata={"help": "Best model, tokenizer, results, metrics, plot, checkpoints/."})
@@ -98,7 +99,7 @@ class FinetuneArguments(training.RecipeArguments):
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
-        "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout",
+        "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
     )
 
 
@@ -150,10 +151,10 @@ def load_model_and_tokenizer(a, labels: Labels, train_source):
     tokenizer.padding_side = "left"
     cls = xlnet_lite.XLNetLiteForSequenceClassification
     if a.config_name:
-        model = model_from_config(a.config_name, cls, **remote, **labels.model_kwargs(), dropout=a.dropout)
+        model = model_from_config(a.config_name, cls, **remote, **labels.model_kwargs(), **head_kwargs(a))
     else:
         config = AutoConfig.from_pretrained(path, **remote)
-        kwargs = {**checkpoint_label_kwargs(config, labels, path, train_source), "dropout": a.dropout}
+        kwargs = {**checkpoint_label_kwargs(config, labels, path, train_source), **head_kwargs(a)}
         model = load_model(path, cls, **remote, **kwargs)
     if len(tokenizer) > model.config.vocab_size:
         raise training.RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
@@ -161,6 +162,11 @@ def load_model_and_tokenizer(a, labels: Labels, train_source):
         model.config.mem_len = a.mem_len
     model.transformer.mask_emb.requires_grad_(False)  # classification never runs the query stream (and DDP needs every trained parameter used)
     return model, tokenizer
+
+
+def head_kwargs(a) -> dict:
+    """Config fields the finetuning flags set on the loaded model."""
+    return {"dropout": a.dropout, **({"summary_type": a.summary_type} if a.summary_type else {})}
 
 
 def checkpoint_label_kwargs(config, labels: Labels, path, train_source):

@@ -1,0 +1,151 @@
+"""What pretraining buys on 20 Newsgroups, per number of labelled documents: the finetuning recipe from a pretrained
+XLNet-Lite and from the same architecture at random initialisation, each at the learning rate that scores best on
+the validation split (one grid, seed 0), then at that rate over several seeds; TF-IDF + logistic regression on the
+same labelled documents beside them.
+
+    python -m benchmarks.bench_newsgroups --pretrained outputs/pretrain --labels_per_class 20 100 all \
+        --seeds 0 1 2 --out benchmarks/results/newsgroups.json [--plot benchmarks/results/newsgroups.png]
+
+Every run is the real command (`accelerate launch finetune/run_glue.py --embedded_task newsgroups ...`) with the
+recipe's defaults except the learning rate, the seed and `--max_train_samples_per_class`; --finetune_flags adds
+flags to every run (the same for both arms). The test accuracy of a run is that of its best epoch on validation;
+test scores never choose anything. Each finished run is written to --runs_dir at once and reused when the command
+runs again (delete the folder to start over), so a killed benchmark loses at most the run in flight.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.baselines.tfidf import tfidf_baseline
+from benchmarks.environment import environment
+from xlnet_lite.classification_data import first_per_class, load_splits
+from xlnet_lite.training import write_json
+
+ARMS = ("pretrained", "random_init")
+
+
+def finetune(args, arm, budget, lr, seed):
+    """One finetuning run; returns its record (cached under runs_dir)."""
+    name = f"{arm}_{budget}pc_lr{lr:g}_seed{seed}" if budget != "all" else f"{arm}_all_lr{lr:g}_seed{seed}"
+    path = Path(args.runs_dir, name + ".json")
+    if path.is_file():
+        record = json.loads(path.read_text())
+        if (record["pretrained"], record["finetune_flags"]) != (args.pretrained, args.finetune_flags):
+            sys.exit(f"{path} was run with --pretrained {record['pretrained']} --finetune_flags "
+                     f"{record['finetune_flags']!r}: use another --runs_dir, or delete it")
+        return record
+    out = Path(args.runs_dir, name)
+    init = ["--model_name_or_path", args.pretrained] if arm == "pretrained" else ["--config_name", args.pretrained]
+    cmd = [*args.launcher, "finetune/run_glue.py", "--embedded_task", "newsgroups", *init,
+           "--learning_rate", f"{lr:g}", "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir",
+           "--checkpointing_steps", "0", "--save_total_limit", "1", *shlex.split(args.finetune_flags)]
+    if budget != "all":
+        cmd += ["--max_train_samples_per_class", str(budget)]
+    print(f"[{time.strftime('%H:%M:%S')}] {name}", flush=True)
+    start, load = time.perf_counter(), os.getloadavg()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n{done.stderr[-3000:]}")
+    results = json.loads((out / "all_results.json").read_text())
+    history = json.loads((out / "history.json").read_text())
+    record = {"name": name, "arm": arm, "labels_per_class": budget, "learning_rate": lr, "seed": seed,
+              "pretrained": args.pretrained, "finetune_flags": args.finetune_flags,
+              "command": shlex.join(cmd), "wall_seconds": round(time.perf_counter() - start, 1),
+              "load_average_before": load, "validation_accuracy": results["eval_accuracy"],
+              "test_accuracy": results["test_accuracy"], "best_epoch": results["best_epoch"],
+              "validation_curve": [h.get("eval_accuracy") for h in history],
+              "train_loss_curve": [h["train_loss"] for h in history], "mixed_precision": results.get("mixed_precision")}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def mean_std(values):
+    return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values), "values": values}
+
+
+def run_arm(args, arm, budget):
+    """The learning-rate grid at the first seed (chosen on validation), then every seed at the chosen rate."""
+    grid = [finetune(args, arm, budget, lr, args.seeds[0]) for lr in args.lr_grid]
+    best = max(grid, key=lambda r: r["validation_accuracy"])
+    runs = [finetune(args, arm, budget, best["learning_rate"], seed) for seed in args.seeds]
+    return {"learning_rate": best["learning_rate"],
+            "grid_validation_accuracy": {f"{r['learning_rate']:g}": r["validation_accuracy"] for r in grid},
+            "validation_accuracy": mean_std([r["validation_accuracy"] for r in runs]),
+            "test_accuracy": mean_std([r["test_accuracy"] for r in runs])}
+
+
+def tfidf_row(splits, budget):
+    if budget != "all":
+        splits = dict(splits, train=first_per_class(splits["train"], budget))
+    return tfidf_baseline(splits)
+
+
+def plot(summary, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budgets = list(summary)
+    x = [11293 / 20 if b == "all" else b for b in budgets]  # the full training split, per class
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (("pretrained", "XLNet-Lite, pretrained"), ("random_init", "same, random init"),
+                       ("tfidf", "TF-IDF + LR")):
+        means = [summary[b][key]["test_accuracy"]["mean"] if key != "tfidf" else summary[b][key]["test_accuracy"]
+                 for b in budgets]
+        stds = [summary[b][key]["test_accuracy"]["std"] if key != "tfidf" else 0 for b in budgets]
+        ax.errorbar(x, means, yerr=stds, marker="o", capsize=3, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("labelled documents per class")
+    ax.set_ylabel("20 Newsgroups test accuracy")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrained", required=True, help="A pretraining output folder (also the random arm's config).")
+    parser.add_argument("--labels_per_class", nargs="+", default=["100"], help="Numbers, or 'all'.")
+    parser.add_argument("--lr_grid", nargs="+", type=float, default=[1e-4, 3e-4, 1e-3])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--finetune_flags", default="", help="More run_glue.py flags for every run (quoted).")
+    parser.add_argument("--runs_dir", default="benchmarks/runs/newsgroups")
+    parser.add_argument("--out", default="benchmarks/results/newsgroups.json")
+    parser.add_argument("--plot")
+    args = parser.parse_args(argv)
+    args.labels_per_class = [b if b == "all" else int(b) for b in args.labels_per_class]
+    args.launcher = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
+                     "--num_cpu_threads_per_process", os.environ.get("OMP_NUM_THREADS", "2"), "--dynamo_backend", "no"]
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    splits = load_splits(embedded_task="newsgroups")
+    summary = {}
+    for budget in args.labels_per_class:
+        summary[budget] = {arm: run_arm(args, arm, budget) for arm in ARMS}
+        summary[budget]["tfidf"] = tfidf_row(splits, budget)
+        row = summary[budget]
+        print(json.dumps({"labels_per_class": budget, **{k: row[k]["test_accuracy"] for k in row}}), flush=True)
+    results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),
+               "environment": environment(), "pretrained": args.pretrained,
+               "pretraining_results": json.loads(Path(args.pretrained, "results.json").read_text()),
+               "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid, "seeds": args.seeds,
+               "summary": {str(k): v for k, v in summary.items()},
+               "runs": sorted((json.loads(p.read_text()) for p in Path(args.runs_dir).glob("*.json")),
+                              key=lambda r: r["name"])}
+    write_json(args.out, results)
+    if args.plot:
+        plot(summary, args.plot)
+    return results
+
+
+if __name__ == "__main__":
+    main()
