@@ -1008,11 +1008,16 @@ class XLNetLiteSequenceSummary(nn.Module):
         self.activation = get_activation(act) if act else nn.Identity()
         self.last_dropout = Dropout(config.summary_last_dropout)
 
-    def forward(self, hidden_states, cls_index=None):
+    def forward(self, hidden_states, cls_index=None, keep=None):
+        """hidden_states (B, T, H); `keep` (B, T), 1 for real tokens: "mean" averages those only (transformers'
+        XLNet averages the padding too; without padding both are the same)."""
         if self.summary_type == "last":
             x = hidden_states[:, -1]
         elif self.summary_type == "first":
             x = hidden_states[:, 0]
+        elif self.summary_type == "mean" and keep is not None:
+            keep = keep.to(hidden_states.dtype).unsqueeze(-1)  # (B, T, 1)
+            x = (hidden_states * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
         elif self.summary_type == "mean":
             x = hidden_states.mean(dim=1)
         else:  # cls_index
@@ -1044,7 +1049,8 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
             token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
-        logits = self.logits_proj(self.sequence_summary(out.last_hidden_state))  # (B, num_labels)
+        keep = real_tokens(attention_mask, input_mask)  # (B, T) or None
+        logits = self.logits_proj(self.sequence_summary(out.last_hidden_state, keep=keep))  # (B, num_labels)
         loss = None if labels is None else self.classification_loss(logits, labels, num_items_in_batch)
         result = XLNetLiteForSequenceClassificationOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
@@ -1076,6 +1082,13 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
         else:
             loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)
         return loss if num_items_in_batch is None else per_item_sum(loss, num_items_in_batch)
+
+
+def real_tokens(attention_mask, input_mask):
+    """(B, T) with 1 for real tokens and 0 for padding, from either mask convention; None without a mask."""
+    if attention_mask is not None:
+        return attention_mask
+    return None if input_mask is None else 1 - input_mask
 
 
 def check_left_padding(attention_mask, input_mask):
@@ -1157,7 +1170,8 @@ class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
             **flat, mems=mems, use_mems=use_mems, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True,
         )
-        logits = self.logits_proj(self.sequence_summary(out.last_hidden_state)).view(B, C)  # (B, C)
+        keep = real_tokens(flat["attention_mask"], flat["input_mask"])  # (B * C, T) or None
+        logits = self.logits_proj(self.sequence_summary(out.last_hidden_state, keep=keep)).view(B, C)  # (B, C)
         loss = None
         if labels is not None:
             check_class_labels(labels, shape=(B,), dims="(B,)", what="choice indices", bound_name="num_choices", bound=C)
