@@ -53,7 +53,7 @@ def test_help_shows_every_flag_with_its_default_and_choices(script, cls):
     for name in names:
         assert f"--{name}" in text, name
     assert text.count("(default:") >= len(names)
-    assert "--mixed_precision {no,bf16,fp16}" in text and "--lr_scheduler_type {linear," in text
+    assert "--mixed_precision {auto,no,bf16,fp16}" in text and "--lr_scheduler_type {linear," in text
     assert "[--push_to_hub [true|false]]" in text  # one bool convention: --flag, --flag true|false
 
 
