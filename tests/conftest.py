@@ -15,3 +15,15 @@ import pytest  # noqa: E402
 def impl(request):
     """Both attention kernels of XLNet-Lite, for the equivalence tests."""
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each test's in-process recipe run builds its Accelerator from scratch (accelerate keeps one process-wide
+    state, which refuses a second precision: `--mixed_precision auto` picks bf16 or fp32 by machine, a test may pin
+    one)."""
+    yield
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()

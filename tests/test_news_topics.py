@@ -120,26 +120,3 @@ def test_finetuning_and_the_baseline_on_the_embedded_task(pretrained, tmp_path):
     baseline = tfidf_baseline(load_splits(embedded_task="news_topic"))
     assert baseline["test_examples"] == 298 and baseline["test_accuracy"] > baseline["majority_class_test_accuracy"] + 0.1
 
-
-def test_the_main_jobs_comparison_table(tmp_path):
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    script = [sys.executable, "-m", "benchmarks.compare_init", str(tmp_path), "--out", str(tmp_path / "c.json")]
-    missing = subprocess.run(script, capture_output=True, text=True, cwd=repo)
-    assert missing.returncode != 0 and "run scripts/main_job.sh first" in missing.stderr and "Traceback" not in missing.stderr
-    for name, acc in (("pretrained", 0.71), ("random_init", 0.62)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "all_results.json").write_text(json.dumps({"test_accuracy": acc, "eval_accuracy": acc - 0.01}))
-    (tmp_path / "tfidf.json").write_text(json.dumps({"test_accuracy": 0.75, "validation_accuracy": 0.7,
-                                                     "majority_class_test_accuracy": 0.43, "test_examples": 298}))
-    result = subprocess.run(script, capture_output=True, text=True, cwd=repo)
-    assert result.returncode == 0, result.stderr
-    assert "+9.0 points over random initialisation" in result.stdout
-    summary = json.loads((tmp_path / "c.json").read_text())
-    assert summary["test_accuracy"] == {"pretrained": 0.71, "random_init": 0.62, "tfidf": 0.75}
-    bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr

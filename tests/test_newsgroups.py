@@ -4,6 +4,9 @@ that never holds a validation or test message, the few-label subsets, and the ma
 import importlib.metadata
 import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +94,16 @@ def test_the_real_files():
     assert tasks["train"].features["label"].num_classes == 20
     pretraining = set(embedded_datasets.embedded_newsgroups_pretraining_texts())
     assert not pretraining & (set(tasks["validation"]["sentence"]) | set(tasks["test"]["sentence"]))
+
+
+def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    missing = subprocess.run([sys.executable, "-m", "benchmarks.compare_init", str(tmp_path)], capture_output=True,
+                             text=True, cwd=repo)
+    assert missing.returncode != 0 and "run scripts/main_job.sh first" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr
 
 
 def test_the_comparison_table(tmp_path):

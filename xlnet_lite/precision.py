@@ -48,6 +48,15 @@ def launcher_precision() -> str | None:
     return "no" if any(arg.startswith(b"--mixed_precision") for arg in parent) else None
 
 
+def launch_device_type() -> str:
+    """The kind of device accelerate will train on, read before the Accelerator exists: "cuda" when a GPU is visible
+    and the launcher did not ask for the CPU (ACCELERATE_USE_CPU), else "cpu". (Building accelerate's PartialState
+    this early would fix its distributed setup before the Accelerator reads its own flags.)"""
+    from accelerate.utils import parse_flag_from_env
+
+    return "cuda" if torch.cuda.is_available() and not parse_flag_from_env("ACCELERATE_USE_CPU") else "cpu"
+
+
 def resolve_precision(requested: str | None, device_type: str) -> tuple[str, str]:
     """(precision, why) for the Accelerator: the recipe's --mixed_precision when it is not auto, else the one given
     to `accelerate launch`, else bf16 where it is fast on `device_type` and "no" (fp32) elsewhere."""

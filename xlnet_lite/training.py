@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file
 from transformers import HfArgumentParser, get_scheduler
 from transformers.trainer_pt_utils import get_parameter_names
 
-from .precision import PRECISIONS, cpu_bf16_units, resolve_precision
+from .precision import PRECISIONS, cpu_bf16_units, launch_device_type, resolve_precision
 
 from .errors import RecipeError
 
@@ -627,10 +627,10 @@ class _DropSharedTensorNote(logging.Filter):
 
 
 def make_accelerator(a: RecipeArguments):
-    from accelerate import Accelerator, PartialState
+    from accelerate import Accelerator
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
-    device_type = PartialState().device.type
+    device_type = launch_device_type()
     precision, why = resolve_precision(a.mixed_precision, device_type)
     kwargs = {"gradient_accumulation_steps": a.gradient_accumulation_steps, "mixed_precision": precision}
     if a.with_tracking:
