@@ -15,6 +15,8 @@ from model_helpers import nan_at_training_forward
 from safetensors.torch import load_file
 from test_pretraining import REPO, assert_same_losses, corpus, read_metrics, tiny_args  # noqa: F401  (corpus is a fixture)
 
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
+
 SCRIPT = str(REPO / "pretrain" / "run_pretraining.py")
 
 

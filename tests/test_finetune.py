@@ -23,6 +23,8 @@ from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSam
 from xlnet_lite.training import parameter_groups
 from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
 
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, summary_last_dropout=0.0, mem_len=None)
 GOOD = ["a wonderful film", "great acting and a moving story", "i loved every minute", "a delight from start to end",

@@ -14,6 +14,8 @@ from safetensors.torch import load_file
 from test_finetune import pretrained, sentiment_rows, write_rows  # noqa: F401  (pretrained is a fixture)
 from test_pretraining import REPO, corpus  # noqa: F401  (corpus is a fixture)
 
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
+
 PRETRAIN = str(REPO / "pretrain" / "run_pretraining.py")
 FINETUNE = str(REPO / "finetune" / "run_glue.py")
 

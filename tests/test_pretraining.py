@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "pretrain"))
 import run_pretraining  # noqa: E402

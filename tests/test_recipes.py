@@ -20,6 +20,8 @@ import xlnet_lite
 from xlnet_lite import training
 from xlnet_lite.training import RecipeArguments, parse_args
 
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
+
 PRETRAIN = str(REPO / "pretrain" / "run_pretraining.py")
 FINETUNE = str(REPO / "finetune" / "run_glue.py")
 
