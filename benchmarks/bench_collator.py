@@ -1,6 +1,6 @@
 """Time DataCollatorForXLNetPretraining on a paper-sized batch: 16 x 512, reuse_len 256, perm_size 256.
 
-    python benchmarks/bench_collator.py
+    python -m benchmarks.bench_collator
 
 One thread (torch.set_num_threads(1)), median of 20 calls after 3 warm-up calls; the examples
 are synthetic pretraining-layout samples over a 32,000-piece vocabulary. Prints the median in ms

@@ -1,6 +1,6 @@
 """Side-by-side generation benchmark: XLNet-Lite generate() vs transformers' XLNet generate() vs GPT-2 with its KV cache.
 
-    python benchmarks/bench_generate.py [--new-tokens 200] [--prompt 64] [--batches 1 8] [--runs 3] [--threads 1]
+    python -m benchmarks.bench_generate [--new-tokens 200] [--prompt 64] [--batches 1 8] [--runs 3] [--threads 1]
                                         [--out benchmarks/results/generate.json]
 
 Models of the same size (vocab 8000, d_model 256, 4 layers, 4 heads, d_inner 1024, fp32, eval mode, random
@@ -33,8 +33,7 @@ from pathlib import Path
 import torch
 import transformers
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import xlnet_lite  # noqa: E402
+import xlnet_lite
 
 SIZE = dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024)
 

@@ -1,7 +1,7 @@
 """Long documents: truncation against reading every segment through the memory (`--long_document_mode mems`).
 
-    python benchmarks/bench_long_documents.py --model_name_or_path outputs/pretrain
-    python benchmarks/bench_long_documents.py --config_name outputs/pretrain   (random initialisation)
+    python -m benchmarks.bench_long_documents --model_name_or_path outputs/pretrain
+    python -m benchmarks.bench_long_documents --config_name outputs/pretrain   (random initialisation)
 
 Documents are built from the embedded Rotten Tomatoes snippets: each concatenates `--reviews_per_doc`
 snippets, drawn from one split, `--majority` of them with the document's label and the rest with the other
@@ -15,7 +15,6 @@ wall times and tokens per second, and writes JSON to benchmarks/results/.
 """
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
@@ -25,16 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from finetune import run_glue
 from xlnet_lite.embedded_datasets import embedded_rotten_tomatoes
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_run_glue():
-    spec = importlib.util.spec_from_file_location("run_glue", ROOT / "finetune" / "run_glue.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def build_documents(split, n_docs, *, reviews_per_doc, majority, seed):
@@ -81,7 +73,6 @@ def main(argv=None):
         raise ValueError("--majority must be a strict majority of --reviews_per_doc")
 
     torch.set_num_threads(args.threads)
-    run_glue = load_run_glue()
     ds = embedded_rotten_tomatoes()
     work = Path(tempfile.mkdtemp(prefix="bench_long_docs_"))
     docs = {name: build_documents(ds[name], n, reviews_per_doc=args.reviews_per_doc, majority=args.majority, seed=k)

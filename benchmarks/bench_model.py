@@ -1,6 +1,6 @@
 """Side-by-side benchmark: transformers' XLNetLMHeadModel vs XLNet-Lite, same weights, same pretraining batch.
 
-    python benchmarks/bench_model.py [--config reference small large | all] [--runs 8] [--threads 2]
+    python -m benchmarks.bench_model [--config reference small large | all] [--runs 8] [--threads 2]
                                      [--precisions auto|fp32|fp32,bf16] [--no-compile]
                                      [--out benchmarks/results/model.json] [--profile]
 
@@ -79,7 +79,6 @@ import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
 import xlnet_lite
-from xlnet_lite.modeling_xlnet_lite import XLNetLiteLMHeadModel
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))

@@ -3,9 +3,9 @@ permutation LM, the same architecture from random initialisation, and a BERT of 
 pretrained with transformers' BertForMaskedLM + DataCollatorForLanguageModeling on the same text (its learning rate
 from a short sweep); each finetuned on the in-domain news-topic task and on Rotten Tomatoes, several seeds.
 
-    python benchmarks/bench_pretraining_value.py --budgets 3 6 --seeds 0 1 2 \
+    python -m benchmarks.bench_pretraining_value --budgets 3 6 --seeds 0 1 2 \
         --out benchmarks/results/pretraining_value.json --plot benchmarks/results/pretraining_value.png
-    python benchmarks/bench_pretraining_value.py --budgets 6 12 --xlnet_variant default= \
+    python -m benchmarks.bench_pretraining_value --budgets 6 12 --xlnet_variant default= \
         --xlnet_variant "span1_const=--max_span_length 1 --lr_scheduler_type constant_with_warmup"
 
 --xlnet_variant NAME=FLAGS adds an XLNet-Lite arm pretrained with extra run_pretraining.py flags (the levers of
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "pretrain"))
 
 TASKS = ("news_topic", "rotten_tomatoes")
 FINETUNE = ["--num_train_epochs", "3", "--learning_rate", "3e-4", "--max_seq_length", "128", "--checkpointing_steps", "0",
@@ -107,7 +106,7 @@ def pretrain_xlnet(runs, minutes, env, variant="default", flags=()):
 
 def pretraining_texts():
     """The XLNet-Lite run's (train, validation) documents: the recipe's default corpus."""
-    from run_pretraining import PretrainingArguments, load_corpus
+    from pretrain.run_pretraining import PretrainingArguments, load_corpus
 
     from xlnet_lite.training import parse_args
 
@@ -246,7 +245,7 @@ def main():
                                                            for s in args.seeds])
 
     report = {
-        "command": "python benchmarks/bench_pretraining_value.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.bench_pretraining_value " + " ".join(sys.argv[1:]),
         "machine": {"cpu": platform.processor() or platform.machine(), "capability": torch.backends.cpu.get_cpu_capability(),
                     "threads": args.threads, "load_average_at_end": os.getloadavg()},
         "budgets_minutes": budgets, "seeds": args.seeds, "bert_learning_rate": bert_lr,

@@ -1,6 +1,6 @@
 """The recipes' training throughput against the bare training step of the same model, shapes and precision.
 
-    python benchmarks/bench_recipe_overhead.py [--pretrain-steps 60] [--finetune-steps 40] [--runs 10] [--repeats 3]
+    python -m benchmarks.bench_recipe_overhead [--pretrain-steps 60] [--finetune-steps 40] [--runs 10] [--repeats 3]
                                                [--out benchmarks/results/recipe_overhead.json]
 
 Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the embedded news corpus, fp32, B 16,

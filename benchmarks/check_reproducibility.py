@@ -1,7 +1,7 @@
 """What is bit-reproducible: a tiny pretraining (tokenizer trained in the run) run under variants of the same command,
 each compared with the reference run (2 threads, fp32): the same command again, 1 thread, bf16, another seed.
 
-    python benchmarks/check_reproducibility.py --out benchmarks/results/reproducibility.json
+    python -m benchmarks.check_reproducibility --out benchmarks/results/reproducibility.json
 """
 
 import argparse
@@ -35,7 +35,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    report = {"command": "python benchmarks/check_reproducibility.py " + " ".join(sys.argv[1:]), "variants": {}}
+    report = {"command": "python -m benchmarks.check_reproducibility " + " ".join(sys.argv[1:]), "variants": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         make_corpus(tmp)

@@ -1,6 +1,6 @@
 """Compare the outputs of two runs of the README's first command (e.g. this checkout and a fresh clone):
 
-    python benchmarks/compare_runs.py outputs /tmp/run2/outputs
+    python -m benchmarks.compare_runs outputs /tmp/run2/outputs
 
 Prints, for pretraining and finetuning, whether the metrics (every record but timings), results (but timings),
 tokenizer, model weights and predictions are identical. Exit status 0 when everything but the timings is."""

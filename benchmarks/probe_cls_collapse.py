@@ -4,7 +4,7 @@ reported two ways: the mean pairwise cosine of those vectors (1.0: every article
 of their variance (around the mean) in the top principal component (1.0: the articles differ along one direction
 only). A model that learned to ignore its input, as on the unigram plateau, concentrates the variation.
 
-    python benchmarks/probe_cls_collapse.py --xlnet outputs/pretrain [--xlnet DIR ...] [--bert DIR ...] \
+    python -m benchmarks.probe_cls_collapse --xlnet outputs/pretrain [--xlnet DIR ...] [--bert DIR ...] \
         [--out benchmarks/results/cls_collapse.json]
 
 Random initialisation (XLNet-Lite, from the first --xlnet folder's config, seed 0) is always included.
@@ -61,7 +61,7 @@ def main():
     parser.add_argument("--out")
     args = parser.parse_args()
     texts = list(embedded_news_topics()["validation"]["sentence"][: args.articles])
-    results = {"command": "python benchmarks/probe_cls_collapse.py " + " ".join(sys.argv[1:])}
+    results = {"command": "python -m benchmarks.probe_cls_collapse " + " ".join(sys.argv[1:])}
     tokenizer = load_tokenizer(args.xlnet[0])
     torch.manual_seed(0)
     config = xlnet_lite.XLNetLiteConfig.from_pretrained(args.xlnet[0])

@@ -5,7 +5,7 @@ every article of the news-topic task (first 128 tokens), the last layer's hidden
 test. Features that carry the topic give a probe well above the same architecture at random initialisation; if they
 do not, finetuning starts with nothing the random model lacks.
 
-    python benchmarks/probe_linear.py --xlnet outputs/pretrain [--xlnet DIR ...] [--bert DIR ...] \
+    python -m benchmarks.probe_linear --xlnet outputs/pretrain [--xlnet DIR ...] [--bert DIR ...] \
         [--out benchmarks/results/linear_probe.json]
 
 Random initialisation (XLNet-Lite, the first --xlnet folder's config, seed 0) is always included.
@@ -78,7 +78,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     data = embedded_news_topics()
-    results = {"command": "python benchmarks/probe_linear.py " + " ".join(sys.argv[1:]),
+    results = {"command": "python -m benchmarks.probe_linear " + " ".join(sys.argv[1:]),
                "examples": {s: len(data[s]) for s in SPLITS}, "C_grid": C_GRID}
     torch.manual_seed(0)
     config = xlnet_lite.XLNetLiteConfig.from_pretrained(args.xlnet[0])

@@ -1,6 +1,6 @@
 """How fast does a from-scratch XLNet leave the unigram plateau? Training-loss curves of recipe variants.
 
-    python benchmarks/probe_plateau.py --variant lr=3e-3 --variant lr=3e-4 [--variant lr=3e-4,max_span_length=1]
+    python -m benchmarks.probe_plateau --variant lr=3e-3 --variant lr=3e-4 [--variant lr=3e-4,max_span_length=1]
         [--steps 500 --every 100] [--d_model 256 --n_layer 4] [--threads 2] [--out benchmarks/results/plateau_probe.json]
 
 A variant is a comma-separated list of overrides of BASE (the recipe's defaults: lr, warmup, dropout, adam_epsilon,

@@ -2,7 +2,7 @@
 `--resume_from_checkpoint latest`, then run to the end; compared with an uninterrupted run of the same command
 (tokenizer trained in the run). Reports per kill when it landed and whether the final run matches.
 
-    python benchmarks/soak_kills.py --kills 10 --seed 0 --out benchmarks/results/soak_kills.json
+    python -m benchmarks.soak_kills --kills 10 --seed 0 --out benchmarks/results/soak_kills.json
 
 The CI version (tests/test_kill_points.py) stops the run at named points instead of random times.
 """
@@ -23,7 +23,6 @@ SCRIPT = str(ROOT / "pretrain" / "run_pretraining.py")
 
 
 def make_corpus(folder: Path):
-    sys.path.insert(0, str(ROOT))
     from xlnet_lite.embedded_datasets import embedded_news_texts
 
     texts = [t.replace("\n\n", "\n") for t in embedded_news_texts() if t.strip()]
@@ -84,7 +83,7 @@ def main():
             raise SystemExit(f"the final resume failed:\n{proc.stderr[-3000:]}")
         straight, killed = outcome(tmp / "straight"), outcome(tmp / "killed")
         report = {
-            "command": "python benchmarks/soak_kills.py " + " ".join(sys.argv[1:]),
+            "command": "python -m benchmarks.soak_kills " + " ".join(sys.argv[1:]),
             "uninterrupted_run_s": round(full, 1),
             "kills": kills,
             "same_losses_and_history": straight["losses"] == killed["losses"],

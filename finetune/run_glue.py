@@ -268,7 +268,7 @@ def main(argv=None):
     max_steps = a.max_train_steps or a.num_train_epochs * steps_per_epoch
     optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
                                                         layerwise_lr_decay=a.layerwise_lr_decay)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    model, optimizer, scheduler = training.prepare(accelerator, model, optimizer, scheduler)
     eval_sets = {name: (loaders[name], other_sets[name]["labels"]) for name in ("validation", "validation_mismatched")
                  if name in loaders and "labels" in other_sets[name].column_names}
     training.start_tracking(accelerator, a, "run_glue")
@@ -288,7 +288,7 @@ def main(argv=None):
                        a.task_name, is_regression=labels.is_regression))
     start = time.perf_counter()
     if not train(context, state, train_loader, sampler, steps_per_epoch=steps_per_epoch, max_steps=max_steps):
-        accelerator.end_training()
+        training.end_run(accelerator)
         return None
     if state["best"] is None:  # no training (or no validation data): the current model is the result
         state["best"] = {"epoch": state["epoch"], "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {}}
@@ -412,7 +412,7 @@ def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
         if a.push_to_hub:
             training.push_output_dir(a, commit_message="Finetuned with finetune/run_glue.py")
     accelerator.print(json.dumps(results))
-    accelerator.end_training()
+    training.end_run(accelerator)
     return results
 
 

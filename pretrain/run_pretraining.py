@@ -144,9 +144,11 @@ EMBEDDED_CORPORA = {"newsgroups": (embedded_newsgroups_pretraining_texts, "the e
 def load_corpus(a: PretrainingArguments):
     """(train, validation) documents: lists of texts, or datasets (streaming included)."""
     if a.train_file:
-        train = read_text_documents(a.train_file)
+        with training.bad_input("--train_file"):
+            train = read_text_documents(a.train_file)
         if a.validation_file:
-            return train, read_text_documents(a.validation_file)
+            with training.bad_input("--validation_file"):
+                return train, read_text_documents(a.validation_file)
         return split_off_validation(train, a.validation_split_percentage, a.train_file)
     if a.dataset_name:
         import datasets
@@ -219,19 +221,33 @@ def build_model(a, tokenizer):
     return model
 
 
+def corpus_name(a, *, validation=False) -> str:
+    """Where the (validation) documents came from, as the flags that chose them."""
+    if validation and a.validation_file:
+        return f"--validation_file {a.validation_file}"
+    source = (f"--train_file {a.train_file}" if a.train_file else f"--dataset_name {a.dataset_name}" if a.dataset_name
+              else f"--embedded_corpus {a.embedded_corpus}")
+    if not validation or a.dataset_name:  # a dataset's own validation split, or the documents held out of it
+        return source
+    return f"{source}, held out by --validation_split_percentage {a.validation_split_percentage}"
+
+
 def build_data(a, tokenizer, train_docs, valid_docs, accelerator):
     """The training stream, its collator and the fixed validation batches."""
     stream_kw = dict(seq_len=a.seq_len, reuse_len=a.reuse_len, bi_data=a.bi_data, rank=accelerator.process_index,
                      world_size=accelerator.num_processes)
-    stream = PretrainingStream(train_docs, tokenizer, batch_size=a.per_device_train_batch_size, seed=a.seed,
-                               text_column=a.text_column, **stream_kw)
+    with training.bad_input(f"the training corpus ({corpus_name(a)})"):
+        stream = PretrainingStream(train_docs, tokenizer, batch_size=a.per_device_train_batch_size, seed=a.seed,
+                                   text_column=a.text_column, **stream_kw)
     collator = DataCollatorForXLNetPretraining(
         tokenizer, plm_probability=a.plm_probability, max_span_length=a.max_span_length, reuse_len=a.reuse_len,
         perm_size=a.perm_size or a.reuse_len, seed=a.seed * 1000 + accelerator.process_index)
     eval_collator = dataclasses.replace(collator, seed=a.seed + 1)  # the same targets at every evaluation
-    eval_batches = [eval_collator(b) for b in build_eval_batches(
-        valid_docs, tokenizer, batch_size=a.per_device_eval_batch_size, max_batches=a.eval_batches, seed=a.seed + 1,
-        text_column=a.text_column, **stream_kw)]
+    with training.bad_input(f"the validation corpus ({corpus_name(a, validation=True)}; --per_device_eval_batch_size "
+                            f"{a.per_device_eval_batch_size})"):
+        eval_batches = [eval_collator(b) for b in build_eval_batches(
+            valid_docs, tokenizer, batch_size=a.per_device_eval_batch_size, max_batches=a.eval_batches, seed=a.seed + 1,
+            text_column=a.text_column, **stream_kw)]
     return stream, collator, eval_batches
 
 
@@ -277,7 +293,7 @@ def main(argv=None):
         a.max_train_minutes, warmup_steps=training.warmup_steps(a, a.max_steps), schedule=a.lr_scheduler_type)
     optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=a.max_steps, budget=budget,
                                                                  num_processes=accelerator.num_processes)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    model, optimizer, scheduler = training.prepare(accelerator, model, optimizer, scheduler)
     training.start_tracking(accelerator, a, "xlnet_lite_pretraining")
     loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root, budget=budget)
     step, mems, records = 0, None, 0
@@ -293,7 +309,7 @@ def main(argv=None):
     metrics.start(records)
     finished = train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoints, metrics, step=step, mems=mems)
     if not finished:
-        accelerator.end_training()
+        training.end_run(accelerator)
         return None
     return finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, steps=finished)
 
@@ -386,7 +402,7 @@ def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, *,
         accelerator.print(json.dumps(results, indent=2))
         if a.push_to_hub:
             training.push_output_dir(a, commit_message="Pretrained with pretrain/run_pretraining.py")
-    accelerator.end_training()
+    training.end_run(accelerator)
     return results
 
 

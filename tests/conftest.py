@@ -9,6 +9,7 @@ os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="xlnet_lite_hf_home_"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 @pytest.fixture(params=["eager", "sdpa"])
@@ -27,3 +28,53 @@ def fresh_accelerate_state():
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A tiny pretraining corpus (train.txt, valid.txt: embedded news articles) and a 400-piece tokenizer."""
+    from xlnet_lite.embedded_datasets import embedded_news_texts
+    from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
+
+    root = tmp_path_factory.mktemp("corpus")
+    texts = [t for t in embedded_news_texts() if t.strip()]
+    (root / "train.txt").write_text("\n\n".join(t.replace("\n\n", "\n") for t in texts[:40]), encoding="utf-8")
+    (root / "valid.txt").write_text("\n\n".join(t.replace("\n\n", "\n") for t in texts[40:46]), encoding="utf-8")
+    train_tokenizer(texts[:40], vocab_size=400).save_pretrained(root / "tokenizer")
+    return root
+
+
+@pytest.fixture(scope="module")
+def straight_run(corpus, tmp_path_factory):
+    """The tiny pretraining run, uninterrupted, in this process: (output_dir, results)."""
+    from pretrain import run_pretraining
+    from recipe_helpers import tiny_args
+
+    out = tmp_path_factory.mktemp("straight")
+    results = run_pretraining.main(tiny_args(corpus, out))
+    return out, results
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny 'pretraining output': LM-head model + tokenizer, no classification head."""
+    import xlnet_lite
+    from recipe_helpers import BAD, CLASSIFIER_TINY, GOOD
+    from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
+
+    path = tmp_path_factory.mktemp("pretrain")
+    tokenizer = train_tokenizer(GOOD + BAD + ["the movie was a story of time"] * 3, vocab_size=60)
+    torch.manual_seed(0)
+    config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), **{**CLASSIFIER_TINY, "dropout": 0.1})
+    xlnet_lite.XLNetLiteLMHeadModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run faster on one thread, above all on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -8,16 +8,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from model_helpers import nan_at_training_forward
 from safetensors.torch import load_file
-from test_pretraining import REPO, assert_same_losses, corpus, read_metrics, tiny_args  # noqa: F401  (corpus is a fixture)
+from recipe_helpers import PRETRAIN as SCRIPT, assert_same_losses, read_metrics, tiny_args
+
+from pretrain import run_pretraining
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
-SCRIPT = str(REPO / "pretrain" / "run_pretraining.py")
 
 
 def launch(args, env):
@@ -106,7 +106,6 @@ def nan_at_fifth_training_step(monkeypatch):
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(corpus, tmp_path, nan_at_fifth_training_step):
-    from test_pretraining import run_pretraining
 
     args = run_args(corpus, tmp_path, steps=8)
     with pytest.raises(FloatingPointError, match="at step 5"):
@@ -116,7 +115,6 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_checkpoint(corpus, t
 
 
 def test_skip_nonfinite_skips_and_counts(corpus, tmp_path, nan_at_fifth_training_step):
-    from test_pretraining import run_pretraining
 
     results = run_pretraining.main(run_args(corpus, tmp_path, steps=8) + ["--skip_nonfinite"])
     assert results["skipped_steps"] == 1

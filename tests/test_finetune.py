@@ -1,15 +1,12 @@
 """The finetuning recipe (finetune/run_glue.py) end to end on tiny data, its metrics against hand-computed
 values, its errors on bad data, and the long-document (mems) mode."""
 
-import csv
-import importlib.util
 import json
 import math
 import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,72 +18,11 @@ import xlnet_lite
 from xlnet_lite import glue_metrics
 from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSampler
 from xlnet_lite.training import parameter_groups
-from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
 
-pytestmark = pytest.mark.recipes  # runs the recipes end to end
+from finetune import run_glue
+from recipe_helpers import BAD, CLASSIFIER_TINY as TINY, GOOD, REPO as ROOT, run, sentiment_rows, write_rows
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, summary_last_dropout=0.0, mem_len=None)
-GOOD = ["a wonderful film", "great acting and a moving story", "i loved every minute", "a delight from start to end",
-        "the best movie of the year", "funny and warm"]
-BAD = ["a dull mess", "boring and far too long", "i hated the ending", "the worst script in years",
-       "a tedious waste of time", "flat and lifeless"]
-
-
-def load_run_glue():
-    spec = importlib.util.spec_from_file_location("run_glue", ROOT / "finetune" / "run_glue.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_glue = load_run_glue()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run faster on one thread, above all on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    """A tiny 'pretraining output': LM-head model + tokenizer, no classification head."""
-    path = tmp_path_factory.mktemp("pretrain")
-    tokenizer = train_tokenizer(GOOD + BAD + ["the movie was a story of time"] * 3, vocab_size=60)
-    torch.manual_seed(0)
-    config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), **{**TINY, "dropout": 0.1})
-    xlnet_lite.XLNetLiteLMHeadModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-def write_rows(path, rows):
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if path.suffix == ".tsv" else ",")
-            writer.writeheader()
-            writer.writerows(rows)
-    return str(path)
-
-
-def sentiment_rows(repeat=2, label=lambda good: "pos" if good else "neg"):
-    return [{"sentence": s, "label": label(good)} for _ in range(repeat) for good, group in ((True, GOOD), (False, BAD)) for s in group]
-
-
-def run(tmp_path, model, *extra, epochs=2):
-    out = tmp_path / "out"
-    args = ["--model_name_or_path", str(model), "--output_dir", str(out), "--num_train_epochs", str(epochs),
-            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "5", "--learning_rate", "1e-3",
-            "--max_seq_length", "16", *extra]
-    return run_glue.main(args), out
-
+pytestmark = [pytest.mark.recipes, pytest.mark.usefixtures("one_thread")]  # the recipes end to end, on one thread
 
 # ----------------------------------------------------------------------------------------------------------
 # Metrics against hand-computed values

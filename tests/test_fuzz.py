@@ -1,7 +1,6 @@
 """Property-based fuzzing of the model forward: any input gives either a correct-shaped finite result or a
 ValueError with a message, never another exception, a hang or a wrong shape."""
 
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

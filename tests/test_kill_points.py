@@ -11,13 +11,10 @@ import sys
 
 import pytest
 from safetensors.torch import load_file
-from test_finetune import pretrained, sentiment_rows, write_rows  # noqa: F401  (pretrained is a fixture)
-from test_pretraining import REPO, corpus  # noqa: F401  (corpus is a fixture)
+from recipe_helpers import FINETUNE, PRETRAIN, sentiment_rows, write_rows
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
-PRETRAIN = str(REPO / "pretrain" / "run_pretraining.py")
-FINETUNE = str(REPO / "finetune" / "run_glue.py")
 
 # In order: each run is killed at its point, the next one resumes (with the next kill), the last one finishes.
 PRETRAINING_KILLS = [

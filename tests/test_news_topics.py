@@ -5,7 +5,7 @@ and the TF-IDF baseline on it."""
 import random
 
 import pytest
-from test_finetune import pretrained, run  # noqa: F401  (pretrained is a fixture)
+from recipe_helpers import run
 
 from benchmarks.baselines.tfidf import tfidf_baseline
 from xlnet_lite.classification_data import load_splits

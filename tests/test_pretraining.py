@@ -7,60 +7,15 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import torch
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "pretrain"))
-import run_pretraining  # noqa: E402
+from recipe_helpers import REPO, assert_same_losses, read_metrics, tiny_args
 
-from xlnet_lite.embedded_datasets import embedded_news_texts  # noqa: E402
-from xlnet_lite.training import parse_args  # noqa: E402
-from xlnet_lite.tokenization_xlnet_lite import train_tokenizer  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    texts = [t for t in embedded_news_texts() if t.strip()]
-    (root / "train.txt").write_text("\n\n".join(t.replace("\n\n", "\n") for t in texts[:40]), encoding="utf-8")
-    (root / "valid.txt").write_text("\n\n".join(t.replace("\n\n", "\n") for t in texts[40:46]), encoding="utf-8")
-    train_tokenizer(texts[:40], vocab_size=400).save_pretrained(root / "tokenizer")
-    return root
-
-
-def tiny_args(corpus, output_dir, *extra):
-    return [
-        "--model_size", "tiny", "--train_file", str(corpus / "train.txt"), "--validation_file", str(corpus / "valid.txt"),
-        "--tokenizer_name", str(corpus / "tokenizer"), "--seq_len", "32", "--reuse_len", "16", "--mem_len", "24",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--eval_batches", "3",
-        "--max_steps", "12", "--eval_steps", "6", "--logging_steps", "1", "--checkpointing_steps", "6",
-        "--num_warmup_steps", "2", "--learning_rate", "3e-3", "--output_dir", str(output_dir), *extra,
-    ]
-
-
-def read_metrics(output_dir):
-    return [json.loads(line) for line in Path(output_dir, "metrics.jsonl").read_text().splitlines()]
-
-
-def assert_same_losses(expected, actual):
-    """Two runs logged the same steps with the same training (and validation) losses, within 1e-5."""
-    assert [m["step"] for m in actual] == [m["step"] for m in expected]
-    for a, b in zip(expected, actual):
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5), a["step"]
-        if "eval_loss" in a:
-            assert a["eval_loss"] == pytest.approx(b["eval_loss"], abs=1e-5)
-
-
-@pytest.fixture(scope="module")
-def straight_run(corpus, tmp_path_factory):
-    out = tmp_path_factory.mktemp("straight")
-    results = run_pretraining.main(tiny_args(corpus, out))
-    return out, results
+from pretrain import run_pretraining
+from xlnet_lite.training import parse_args
 
 
 def test_outputs_of_a_run(straight_run):

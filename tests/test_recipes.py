@@ -12,9 +12,11 @@ import time
 import pytest
 import torch
 from model_helpers import nan_at_training_forward
-from test_finetune import pretrained, run, run_glue, sentiment_rows, write_rows  # noqa: F401  (pretrained is a fixture)
+from recipe_helpers import FINETUNE, PRETRAIN, cli, one_line_error, read_metrics, run, sentiment_rows, tiny_args, write_rows
 from test_hub import FakeHub
-from test_pretraining import REPO, corpus, read_metrics, run_pretraining, straight_run, tiny_args  # noqa: F401  (fixtures)
+
+from finetune import run_glue
+from pretrain import run_pretraining
 
 import xlnet_lite
 from xlnet_lite import training
@@ -22,25 +24,45 @@ from xlnet_lite.training import RecipeArguments, parse_args
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
-PRETRAIN = str(REPO / "pretrain" / "run_pretraining.py")
-FINETUNE = str(REPO / "finetune" / "run_glue.py")
 
 
-def cli(script, *args, env=None, cwd=None, timeout=300):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout)
+BAD_TEXT = {"empty": b"", "whitespace": b"  \n\n \t\n", "not_utf8": b"a fine first line\n\xff\xfe bytes\n"}
 
 
-def one_line_error(result, *fragments):
-    """The command stopped with exit status 2 and one `error:` line naming what is wrong, no traceback."""
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1, result.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
-    return errors[0]
+@pytest.mark.parametrize("flag", ["--train_file", "--validation_file"])
+@pytest.mark.parametrize("kind,says", [("empty", "empty or holds only whitespace"),
+                                       ("whitespace", "empty or holds only whitespace"),
+                                       ("not_utf8", "line 2 is not valid UTF-8")])
+def test_a_bad_pretraining_text_file_is_one_line(corpus, tmp_path, flag, kind, says):
+    bad = tmp_path / f"{kind}.txt"
+    bad.write_bytes(BAD_TEXT[kind])
+    args = tiny_args(corpus, tmp_path / "out")
+    args[args.index(flag) + 1] = str(bad)
+    one_line_error(cli(PRETRAIN, *args), flag, str(bad), says)
+
+
+@pytest.mark.parametrize("split,flag", [("training", "--train_file"), ("validation", "--validation_file")])
+def test_a_corpus_too_short_for_its_batch_is_one_line(corpus, tmp_path, split, flag):
+    short = tmp_path / "short.txt"
+    short.write_text("one short document\n\nand another one\n")
+    args = tiny_args(corpus, tmp_path / "out")
+    args[args.index(flag) + 1] = str(short)
+    one_line_error(cli(PRETRAIN, *args), f"the {split} corpus ({flag} {short}", "the corpus is too short")
+
+
+@pytest.mark.parametrize("content,says", [
+    (b"sentence,label\na fine film,pos\n\xff\xfe,neg\n", "line 3 is not valid UTF-8"),
+    (b'sentence,label\n"an open quote,pos\nbad,neg\n', "not a readable csv file"),
+    (b"sentence,verdict\na fine film,pos\nbad,neg\n", "no `label` column"),
+    (b"review,label\na fine film,pos\nbad,neg\n", "no text column"),
+])
+def test_a_bad_finetuning_file_is_one_line(pretrained, tmp_path, content, says):
+    train, good = tmp_path / "train.csv", write_rows(tmp_path / "good.csv", sentiment_rows(1))
+    train.write_bytes(content)
+    result = cli(FINETUNE, "--model_name_or_path", pretrained, "--train_file", train, "--validation_file", good,
+                 "--output_dir", tmp_path / "out", env={"HF_HOME": str(tmp_path / "hf")})
+    one_line_error(result, str(train), says)
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 @pytest.mark.parametrize("script,cls", [(PRETRAIN, "PretrainingArguments"), (FINETUNE, "FinetuneArguments")])

@@ -95,10 +95,25 @@ def load_data_file(path):
     builder, kwargs = FILE_FORMATS[suffix]
     if _count_lines(path, limit=2) < (2 if builder == "csv" else 1):
         raise RecipeError(f"{path}: the file holds no rows (header only?)")
-    data = datasets.load_dataset(builder, data_files={"data": str(path)}, split="data", **kwargs)
+    _check_utf8(path)
+    try:
+        data = datasets.load_dataset(builder, data_files={"data": str(path)}, split="data", **kwargs)
+    except datasets.exceptions.DatasetGenerationError as error:  # a malformed row: say which file and why
+        cause = error.__cause__ or error
+        raise RecipeError(f"{path}: not a readable {suffix[1:]} file ({type(cause).__name__}: {cause})") from error
     if len(data) == 0:
         raise RecipeError(f"{path}: the file holds no rows (header only?)")
     return data
+
+
+def _check_utf8(path):
+    """RecipeError naming the first line that is not valid UTF-8."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise RecipeError(f"{path}: line {number} is not valid UTF-8 ({error.reason})") from None
 
 
 def _count_lines(path, *, limit):

@@ -20,8 +20,10 @@ hands each optimizer step's losses to `TrainLoop.step`. Everything a user relies
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -42,6 +44,7 @@ from transformers.trainer_pt_utils import get_parameter_names
 from .precision import PRECISIONS, cpu_bf16_units, launch_device_type, resolve_precision
 
 from .errors import RecipeError
+from .integrity import MANIFEST, OutputLock, SaveError, folder_size, save_error, verify_checkpoint, write_manifest
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -183,18 +186,26 @@ def run_flags(a: RecipeArguments) -> dict:
 
 
 CRASH_ENV = "XLNET_LITE_CRASH_AT"
-_crash_counts: dict[str, int] = {}
+DISK_FULL_ENV = "XLNET_LITE_DISK_FULL_AT"
+_crash_counts: dict[tuple[str, str], int] = {}
 
 
 def crash_point(name: str):
     """A named moment of a run where the kill tests stop it. With XLNET_LITE_CRASH_AT=name or name@n in the
-    environment the process SIGKILLs itself the n-th time (default: the first) it passes `name`; otherwise nothing."""
-    spec = os.environ.get(CRASH_ENV)
-    if not spec or spec.partition("@")[0] != name:
-        return
-    _crash_counts[name] = _crash_counts.get(name, 0) + 1
-    if _crash_counts[name] == int(spec.partition("@")[2] or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    environment the process SIGKILLs itself the n-th time (default: the first) it passes `name`; with
+    XLNET_LITE_DISK_FULL_AT=name or name@n it raises OSError(ENOSPC) there instead, as a full disk would; otherwise
+    nothing."""
+    for env in (CRASH_ENV, DISK_FULL_ENV):
+        spec = os.environ.get(env)
+        if not spec or spec.partition("@")[0] != name:
+            continue
+        key = (env, name)
+        _crash_counts[key] = _crash_counts.get(key, 0) + 1
+        if _crash_counts[key] != int(spec.partition("@")[2] or 1):
+            continue
+        if env == CRASH_ENV:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
 
 
 def default_file_mode() -> int:
@@ -261,26 +272,49 @@ def publish_folder(tmp: Path, directory: Path):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def agree_on_failure(accelerator, failure: SaveError | None, others: str, *, cleanup: Callable | None = None):
+    """Every process learns whether a write failed on any of them. If one did, the main process runs `cleanup`
+    (removing the partial files) and all raise SaveError (the failing one with its own message, the others with
+    `others`); otherwise all meet at a barrier."""
+    failed = failure is not None
+    if accelerator.num_processes > 1:
+        failed = bool(accelerator.reduce(torch.tensor([float(failed)], device=accelerator.device), "sum").item() > 0)
+    if not failed:
+        accelerator.wait_for_everyone()
+        return
+    if cleanup is not None and accelerator.is_main_process:
+        cleanup()
+    raise failure or SaveError(others)
+
+
 def save_final_model(accelerator, model, tokenizer, output_dir, *, config_updates=None):
     """save_pretrained of the unwrapped model and the tokenizer into output_dir, file by file atomically.
     `config_updates` are set on the saved config only (training-only fields back to their inference values)."""
     accelerator.wait_for_everyone()
+    failure = None
     if accelerator.is_main_process:
         model = accelerator.unwrap_model(model)
         config_updates = config_updates or {}
         before = {k: getattr(model.config, k) for k in config_updates}
         tmp = Path(output_dir, ".final.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
         try:
-            for key, value in config_updates.items():
-                setattr(model.config, key, value)
-            model.save_pretrained(tmp, safe_serialization=True)
-        finally:
-            for key, value in before.items():
-                setattr(model.config, key, value)
-        tokenizer.save_pretrained(tmp)
-        publish_folder(tmp, Path(output_dir))
-    accelerator.wait_for_everyone()
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                for key, value in config_updates.items():
+                    setattr(model.config, key, value)
+                model.save_pretrained(tmp, safe_serialization=True)
+            finally:
+                for key, value in before.items():
+                    setattr(model.config, key, value)
+            tokenizer.save_pretrained(tmp)
+            crash_point("final_model_written")
+        except Exception as error:  # noqa: BLE001 (a full disk: OSError, RuntimeError, SafetensorError); nothing reached output_dir
+            needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+            failure = save_error(output_dir, error, needed_bytes=needed, what="the final model")
+        else:
+            publish_folder(tmp, Path(output_dir))
+    agree_on_failure(accelerator, failure, "the final model could not be saved (the error is on the main process)",
+                     cleanup=lambda: shutil.rmtree(Path(output_dir, ".final.tmp"), ignore_errors=True))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -376,11 +410,52 @@ def set_up_run(cls, argv, *, check, outputs, description=None):
 
     a = parse_args(cls, argv, description=description)
     check(a)
+    release_output_lock()  # of a run that ended before, in this process
+    _MULTI_PROCESS_RUN.clear()
     accelerator = make_accelerator(a)
+    take_output_lock(a.output_dir, accelerator)
     checkpoints = Checkpoints(accelerator, a.output_dir, a.save_total_limit)
     resume = start_run(a, accelerator, checkpoints, outputs=outputs)
     set_seed(a.seed)
     return a, accelerator, checkpoints, resume
+
+
+_OUTPUT_LOCK: list[OutputLock] = []  # the lock this process holds on its run's output_dir
+
+
+def take_output_lock(output_dir, accelerator):
+    """The main process locks output_dir (one run per folder) before any work; a refusal (the lock is held by a
+    live run) reaches every process, and all stop with one line naming the holder."""
+    refusal, warning = None, None
+    if accelerator.is_main_process:
+        lock = OutputLock(output_dir)
+        try:
+            warning = lock.acquire()
+            _OUTPUT_LOCK[:] = [lock]
+        except RecipeError as error:
+            refusal = str(error)
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        refusal = broadcast_object_list([refusal])[0]
+    if refusal:
+        raise RecipeError(refusal)
+    if warning:
+        accelerator.print(f"warning: {warning}")
+
+
+def release_output_lock():
+    while _OUTPUT_LOCK:
+        _OUTPUT_LOCK.pop().release()
+
+
+atexit.register(release_output_lock)
+
+
+def end_run(accelerator):
+    """The end of a recipe's run: trackers finished, the process group destroyed, output_dir unlocked."""
+    accelerator.end_training()
+    release_output_lock()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -402,38 +477,80 @@ class Checkpoints:
         return sorted(found, key=lambda p: int(p.name[5:]))
 
     def resolve(self, resume_from_checkpoint) -> Path | None:
+        """The checkpoint to resume from: `latest` is the newest one that verifies (each damaged one skipped with a
+        line naming it, and left in place); a checkpoint named explicitly must verify."""
         if not resume_from_checkpoint:
             return None
         if resume_from_checkpoint == "latest":
-            found = self.complete()
-            return found[-1] if found else None
+            for path in reversed(self.complete()):
+                problem = self._verify(path)
+                if problem is None:
+                    return path
+                self.accelerator.print(f"warning: checkpoint {path} is damaged ({problem}); skipped (left in place)")
+            return None
         path = Path(resume_from_checkpoint)
         if not (path / "trainer_state.json").is_file():
             raise RecipeError(f"--resume_from_checkpoint {path}: not a complete checkpoint (no trainer_state.json)")
+        if (problem := self._verify(path)) is not None:
+            raise RecipeError(f"--resume_from_checkpoint {path}: the checkpoint is damaged ({problem})")
         return path
 
+    def _verify(self, path: Path) -> str | None:
+        problem, has_manifest = verify_checkpoint(path)
+        if problem is None and not has_manifest:
+            self.accelerator.print(f"warning: checkpoint {path} has no {MANIFEST} (written by an older xlnet-lite); "
+                                   "every file of it loads")
+        return problem
+
     def save(self, step, *, trainer_state: dict, rank_state: dict, rank_tensors: dict | None = None) -> Path:
+        """Write checkpoint `step` under a temporary name, its manifest last, and rename it into place. A write that
+        fails on any process (a full disk) removes the partial checkpoint and raises SaveError on every process; the
+        checkpoints before it are untouched."""
         acc = self.accelerator
         final, tmp = self.root / f"step_{step}", self.root / f".step_{step}.tmp"
+        failure = None
         if acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        acc.wait_for_everyone()
-        acc.save_state(str(tmp))
-        crash_point("checkpoint_state")
-        rank = acc.process_index
-        (tmp / f"rank{rank}_state.json").write_text(json.dumps(rank_state))
-        if rank_tensors:
-            save_file({k: v.contiguous() for k, v in rank_tensors.items()}, str(tmp / f"rank{rank}_tensors.safetensors"))
-        acc.wait_for_everyone()
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            except Exception as error:  # noqa: BLE001 (a full disk surfaces as OSError, RuntimeError or SafetensorError)
+                failure = self._failure(tmp, error, step)
+        self._settle(tmp, step, failure)
+        try:
+            acc.save_state(str(tmp))
+            crash_point("checkpoint_state")
+            rank = acc.process_index
+            (tmp / f"rank{rank}_state.json").write_text(json.dumps(rank_state))
+            if rank_tensors:
+                save_file({k: v.contiguous() for k, v in rank_tensors.items()}, str(tmp / f"rank{rank}_tensors.safetensors"))
+        except Exception as error:  # noqa: BLE001
+            failure = self._failure(tmp, error, step)
+        self._settle(tmp, step, failure)
         if acc.is_main_process:
-            (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
-            crash_point("checkpoint")
-            replace_folder(tmp, final)
-            for old in self.complete()[: -self.limit]:
-                shutil.rmtree(old, ignore_errors=True)
-        acc.wait_for_everyone()
+            try:
+                (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+                crash_point("checkpoint")
+                write_manifest(tmp)
+                crash_point("checkpoint_manifest")
+                replace_folder(tmp, final)
+            except Exception as error:  # noqa: BLE001 (a full disk surfaces as OSError, RuntimeError or SafetensorError)
+                failure = self._failure(tmp, error, step)
+            else:
+                for old in self.complete()[: -self.limit]:
+                    shutil.rmtree(old, ignore_errors=True)
+        self._settle(tmp, step, failure)
         return final
+
+    def _failure(self, tmp: Path, error: Exception, step: int) -> SaveError:
+        """The SaveError of a failed write: the folder, and the space a checkpoint takes (the previous one's size, or
+        what this one had written when it failed)."""
+        previous = self.complete()
+        needed = max(folder_size(tmp), folder_size(previous[-1]) if previous else 0)
+        return save_error(self.root, error, needed_bytes=needed, what=f"checkpoint step_{step}")
+
+    def _settle(self, tmp: Path, step: int, failure: SaveError | None):
+        agree_on_failure(self.accelerator, failure, f"checkpoint step_{step} could not be written (the error is on "
+                         "another process)", cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
 
     def load(self, path: Path, *, device) -> tuple[dict, dict, dict]:
         """(trainer_state, this rank's state, this rank's tensors) after accelerator.load_state."""
@@ -786,13 +903,58 @@ def push_output_dir(a: RecipeArguments, *, commit_message):
     return repo_id
 
 
-def exit_on_recipe_error(main, argv, prog):
-    """Run `main(argv)`; bad input ends in one line naming the flag, file or column (exit status 2), a non-finite
-    loss in one line naming the step (exit status 1)."""
-    import sys
-
+@contextlib.contextmanager
+def bad_input(name: str):
+    """Turn the library's ValueError about an input (an empty or non-UTF-8 file, a corpus too short for its batch)
+    into a RecipeError that names where the input came from (`name`: a flag and its value, or a split)."""
     try:
-        return main(argv)
-    except (RecipeError, FileNotFoundError, FloatingPointError) as error:
+        yield
+    except RecipeError:
+        raise
+    except (ValueError, UnicodeDecodeError) as error:
+        raise RecipeError(f"{name}: {error}") from error
+
+
+# What `prepare` returned in a multi-process run (the DDP-wrapped model above all), kept until `exit_on_recipe_error`
+# ends the process.
+_MULTI_PROCESS_RUN: list = []
+
+
+def prepare(accelerator, *objects):
+    """`accelerator.prepare(*objects)`; in a multi-process run the prepared objects are also kept for the life of the
+    process (see `exit_on_recipe_error`)."""
+    prepared = accelerator.prepare(*objects)
+    if accelerator.num_processes > 1:
+        _MULTI_PROCESS_RUN.append(prepared)
+    return prepared
+
+
+def exit_on_recipe_error(main, argv, prog):
+    """Run `main(argv)` as a command: bad input ends in one line naming the flag, file or column (exit status 2); a
+    non-finite loss in one line naming the step, a failed save (a full disk) in one naming the folder (exit status 1).
+
+    A multi-process run ends with `os._exit` once its outputs are written and the process group is gone, without
+    freeing DDP's reducer: freeing it joins gloo's worker threads while holding the GIL, and a worker still
+    releasing the last collective's tensors waits for that GIL, so a rank could hang at exit, at random."""
+    import sys
+    import traceback
+
+    code, result = 0, None
+    try:
+        result = main(argv)
+    except (RecipeError, FileNotFoundError, FloatingPointError, SaveError) as error:
         sys.stderr.write(f"{prog}: error: {error}\n")
-        sys.exit(1 if isinstance(error, FloatingPointError) else 2)
+        code = 1 if isinstance(error, (FloatingPointError, SaveError)) else 2
+    except Exception:
+        if not _MULTI_PROCESS_RUN:
+            raise
+        traceback.print_exc()
+        code = 1
+    release_output_lock()
+    if _MULTI_PROCESS_RUN:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)
+    return result

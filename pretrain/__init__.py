@@ -1,0 +1,1 @@
+"""The pretraining recipe: `python pretrain/run_pretraining.py --help`."""

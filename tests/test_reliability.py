@@ -1,0 +1,155 @@
+"""A user's bad day, through the real commands: a damaged checkpoint, a second run into a busy output folder, a full
+disk. Each costs nothing that was saved before and ends in one line."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+from recipe_helpers import FINETUNE, PRETRAIN, assert_same_losses, cli, one_line_error, read_metrics, tiny_args
+from safetensors.torch import load_file
+
+from xlnet_lite.integrity import MANIFEST, OutputLock, verify_checkpoint
+from xlnet_lite.training import DISK_FULL_ENV
+
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """The tiny pretraining run, uninterrupted, as the command (one thread, as every run below)."""
+    out = tmp_path_factory.mktemp("reference")
+    result = cli(PRETRAIN, *tiny_args(corpus, out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def assert_same_weights(a, b):
+    left, right = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert left.keys() == right.keys() and all(left[k].equal(right[k]) for k in left)
+
+
+def interrupted_copy(straight, folder, *, steps=(6, 12)):
+    """The straight run's checkpoints `steps` and its metrics up to the first of them: what a run killed after its
+    last checkpoint leaves."""
+    for step in steps:
+        shutil.copytree(straight / "checkpoints" / f"step_{step}", folder / "checkpoints" / f"step_{step}")
+    first = [m for m in read_metrics(straight) if m["step"] <= steps[0]]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in first))
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def flip_a_bit(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_every_checkpoint_has_a_manifest_that_verifies(reference):
+    out = reference
+    for checkpoint in (out / "checkpoints").iterdir():
+        files = json.loads((checkpoint / MANIFEST).read_text())["files"]
+        on_disk = {str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST}
+        assert set(files) == on_disk and "trainer_state.json" in files and "model.safetensors" in files
+        assert verify_checkpoint(checkpoint) == (None, True)
+
+
+@pytest.mark.parametrize("damage,file", [(truncate, "model.safetensors"), (flip_a_bit, "optimizer.bin"),
+                                         (flip_a_bit, "trainer_state.json")])
+def test_latest_skips_a_damaged_newest_checkpoint(reference, corpus, tmp_path, damage, file):
+    straight = reference
+    interrupted_copy(straight, tmp_path)
+    damage(tmp_path / "checkpoints" / "step_12" / file)
+    assert verify_checkpoint(tmp_path / "checkpoints" / "step_12")[0].startswith(file)
+
+    result = cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--resume_from_checkpoint", "latest"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"checkpoint {tmp_path / 'checkpoints' / 'step_12'} is damaged ({file}" in result.stdout + result.stderr
+    assert "resumed from" in result.stdout and "step_6 at step 6" in result.stdout
+    assert_same_losses(read_metrics(straight), read_metrics(tmp_path))
+    assert_same_weights(straight, tmp_path)
+
+
+def test_a_damaged_checkpoint_named_explicitly_is_one_line(reference, corpus, tmp_path):
+    straight = reference
+    interrupted_copy(straight, tmp_path)
+    truncate(tmp_path / "checkpoints" / "step_12" / "model.safetensors")
+    named = tmp_path / "checkpoints" / "step_12"
+    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--resume_from_checkpoint", named)),
+                   f"--resume_from_checkpoint {named}: the checkpoint is damaged (model.safetensors has")
+    assert (named / "model.safetensors").exists()  # left as it was
+
+
+def test_a_checkpoint_from_before_manifests_resumes_after_loading(reference, corpus, tmp_path):
+    straight = reference
+    interrupted_copy(straight, tmp_path, steps=(6,))
+    (tmp_path / "checkpoints" / "step_6" / MANIFEST).unlink()
+    assert verify_checkpoint(tmp_path / "checkpoints" / "step_6") == (None, False)
+    result = cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--resume_from_checkpoint", "latest"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"has no {MANIFEST}" in result.stdout
+    assert_same_weights(straight, tmp_path)
+
+
+def test_a_busy_output_dir_is_refused_naming_its_holder(corpus, pretrained, tmp_path):
+    lock = OutputLock(tmp_path)
+    assert lock.acquire() is None
+    try:
+        result = cli(PRETRAIN, *tiny_args(corpus, tmp_path))
+        one_line_error(result, f"--output_dir {tmp_path} is in use by another run", f"PID {os.getpid()}")
+        result = cli(FINETUNE, "--model_name_or_path", pretrained, "--embedded_task", "rotten_tomatoes",
+                     "--output_dir", tmp_path)
+        one_line_error(result, "is in use by another run", f"host {socket.gethostname()}")
+    finally:
+        lock.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written by the refused runs, lock removed
+
+
+def test_two_runs_started_together_into_one_folder(corpus, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [subprocess.Popen([sys.executable, PRETRAIN, *tiny_args(corpus, tmp_path, "--seed", str(seed))], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    results = [(run.wait(timeout=600), *run.communicate()) for run in runs]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 2], [err[-2000:] for _, _, err in results]
+    refused = next(err for code, _, err in results if code == 2)
+    assert "is in use by another run" in refused and "Traceback" not in refused
+    steps = [m["step"] for m in read_metrics(tmp_path) if "loss" in m]
+    assert steps == sorted(set(steps))  # one run's records, not two interleaved
+    assert not (tmp_path / OutputLock.NAME).exists()
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over(corpus, tmp_path):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = {"host": socket.gethostname(), "pid": int(gone.stdout), "started": "2026-01-01T00:00:00+00:00"}
+    (tmp_path / OutputLock.NAME).write_text(json.dumps(holder))
+    result = cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--max_steps", "2", "--num_warmup_steps", "0"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"taking over the lock of a run that is gone (host {holder['host']}, PID {holder['pid']}" in result.stdout
+    assert (tmp_path / "model.safetensors").exists() and not (tmp_path / OutputLock.NAME).exists()
+
+
+@pytest.mark.parametrize("point,what", [("checkpoint_state@2", "checkpoint step_12"),
+                                        ("checkpoint_manifest@2", "checkpoint step_12"),
+                                        ("final_model_written", "the final model")])
+def test_a_full_disk_costs_nothing_saved_before(reference, corpus, tmp_path, point, what):
+    straight = reference
+    result = cli(PRETRAIN, *tiny_args(corpus, tmp_path), env={DISK_FULL_ENV: point})
+    line = one_line_error(result, f"could not write {what} in {tmp_path}", "No space left on device", "MB free",
+                          status=1)
+    assert "--resume_from_checkpoint latest" in line
+    assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")], "partial files left behind"
+    assert verify_checkpoint(tmp_path / "checkpoints" / "step_6") == (None, True)
+    assert not (tmp_path / "model.safetensors").exists()
+
+    result = cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--resume_from_checkpoint", "latest"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_losses(read_metrics(straight), read_metrics(tmp_path))
+    assert_same_weights(straight, tmp_path)
