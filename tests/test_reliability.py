@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from recipe_helpers import FINETUNE, PRETRAIN, assert_same_losses, cli, one_line_error, read_metrics, tiny_args
+from recipe_helpers import (FINETUNE, PRETRAIN, assert_same_losses, cli, one_line_error, read_metrics, sentiment_rows,
+                            tiny_args, write_rows)
 from safetensors.torch import load_file
 
 from xlnet_lite.integrity import MANIFEST, OutputLock, verify_checkpoint
@@ -153,3 +154,33 @@ def test_a_full_disk_costs_nothing_saved_before(reference, corpus, tmp_path, poi
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_losses(read_metrics(straight), read_metrics(tmp_path))
     assert_same_weights(straight, tmp_path)
+
+
+def test_a_full_disk_while_finetuning(pretrained, tmp_path):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(2))
+    args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train, "--output_dir",
+            tmp_path / "out", "--num_train_epochs", "1", "--max_seq_length", "16"]
+    result = cli(FINETUNE, *args, env={DISK_FULL_ENV: "final_model_written", "HF_HOME": str(tmp_path / "hf")})
+    one_line_error(result, f"could not write the final model in {tmp_path / 'out'}", "No space left", status=1)
+    assert not (tmp_path / "out" / "model.safetensors").exists() and not (tmp_path / "out" / ".final.tmp").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MB tmpfs (needs root; skipped where mount is refused): a disk that really fills up."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_disk_that_really_fills_up(corpus, small_disk):
+    out = small_disk / "run"
+    result = cli(PRETRAIN, *tiny_args(corpus, out, "--checkpointing_steps", "3"))
+    line = one_line_error(result, "could not write checkpoint step_", f"in {out / 'checkpoints'}", "MB free",
+                          status=1)
+    assert not [p.name for p in small_disk.rglob("*") if p.name.endswith(".tmp")], line
+    for checkpoint in (out / "checkpoints").iterdir():
+        assert verify_checkpoint(checkpoint) == (None, True)

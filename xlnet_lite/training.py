@@ -310,6 +310,7 @@ def save_final_model(accelerator, model, tokenizer, output_dir, *, config_update
             crash_point("final_model_written")
         except Exception as error:  # noqa: BLE001 (a full disk: OSError, RuntimeError, SafetensorError); nothing reached output_dir
             needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+            shutil.rmtree(tmp, ignore_errors=True)
             failure = save_error(output_dir, error, needed_bytes=needed, what="the final model")
         else:
             publish_folder(tmp, Path(output_dir))
@@ -546,6 +547,7 @@ class Checkpoints:
         what this one had written when it failed)."""
         previous = self.complete()
         needed = max(folder_size(tmp), folder_size(previous[-1]) if previous else 0)
+        shutil.rmtree(tmp, ignore_errors=True)  # before measuring the free space
         return save_error(self.root, error, needed_bytes=needed, what=f"checkpoint step_{step}")
 
     def _settle(self, tmp: Path, step: int, failure: SaveError | None):
