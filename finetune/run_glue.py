@@ -283,24 +283,33 @@ def main(argv=None):
     metrics.start(records)
     accelerator.print(f"{len(train_set)} training examples, {steps_per_epoch} steps/epoch, {max_steps} steps, "
                       f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}")
-    context = dict(a=a, accelerator=accelerator, model=model, tokenizer=tokenizer, labels=labels, metrics=metrics,
-                   checkpoints=checkpoints, loop=loop, eval_sets=eval_sets, main_metric=primary_metric(
-                       a.task_name, is_regression=labels.is_regression))
+    run = Finetuning(a, accelerator, model, tokenizer, loop, checkpoints, metrics, labels=labels, eval_sets=eval_sets,
+                     main_metric=primary_metric(a.task_name, is_regression=labels.is_regression))
     start = time.perf_counter()
-    if not train(context, state, train_loader, sampler, steps_per_epoch=steps_per_epoch, max_steps=max_steps):
+    if not train(run, state, train_loader, sampler, steps_per_epoch=steps_per_epoch, max_steps=max_steps):
         training.end_run(accelerator)
         return None
     if state["best"] is None:  # no training (or no validation data): the current model is the result
         state["best"] = {"epoch": state["epoch"], "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {}}
         training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     accelerator.unwrap_model(model).load_state_dict(load_file(str(Path(a.output_dir, "model.safetensors"))))
-    return finish(context, state, loaders, other_sets, train_runtime=time.perf_counter() - start, n_train=len(train_set))
+    return finish(run, state, loaders, other_sets, train_runtime=time.perf_counter() - start, n_train=len(train_set))
 
 
-def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
+@dataclass
+class Finetuning(training.RecipeRun):
+    """The run's shared state, with the task: its labels, the validation sets and the metric that picks the best
+    epoch."""
+
+    labels: Labels
+    eval_sets: dict
+    main_metric: str
+
+
+def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max_steps):
     """Epochs of optimizer steps; at each epoch's end evaluate, keep the best model and save a checkpoint. Returns
     False when a signal stopped it (after a checkpoint)."""
-    a, accelerator, model, loop = c["a"], c["accelerator"], c["model"], c["loop"]
+    a, accelerator, model, loop = run.a, run.accelerator, run.model, run.loop
     G = a.gradient_accumulation_steps
     stop = training.StopSignal(accelerator)
     progress = tqdm(total=max_steps, initial=state["step"], desc="train", disable=not accelerator.is_local_main_process)
@@ -329,12 +338,12 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
                     progress.set_postfix(loss=f"{loss:.4f}")
                 progress.update(1)
                 if state["step"] % a.logging_steps == 0 and (record := loop.window_record(state["step"])):
-                    c["metrics"].log(record)
+                    run.metrics.log(record)
                 stopping = stop.requested()
                 periodic = a.checkpointing_steps and state["step"] % a.checkpointing_steps == 0 and state["step"] != epoch_end
                 if stopping or periodic:
                     with loop.paused():
-                        save_checkpoint(c, state)
+                        run.save_checkpoint(state["step"], recipe_state=state)
                 if stopping:
                     accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step "
                                       f"{state['step']}, exiting")
@@ -342,8 +351,8 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
                 if state["step"] >= max_steps:
                     break
             with loop.paused():
-                end_epoch(c, state, epoch)
-                save_checkpoint(c, state)
+                end_epoch(run, state, epoch)
+                run.save_checkpoint(state["step"], recipe_state=state)
             if state["step"] >= max_steps:
                 break
     finally:
@@ -352,38 +361,30 @@ def train(c, state, train_loader, sampler, *, steps_per_epoch, max_steps):
     return True
 
 
-def end_epoch(c, state, epoch):
+def end_epoch(run: Finetuning, state, epoch):
     """Evaluate, record the epoch (metrics.jsonl and the state), keep the best model in output_dir."""
-    a, accelerator, metric = c["a"], c["accelerator"], c["main_metric"]
-    if (record := c["loop"].window_record(state["step"])) is not None:
-        c["metrics"].log(record)
+    a, accelerator, metric = run.a, run.accelerator, run.main_metric
+    if (record := run.loop.window_record(state["step"])) is not None:
+        run.metrics.log(record)
     mean = accelerator.gather(torch.tensor([state["loss_sum"], state["loss_count"]], dtype=torch.float64)).view(-1, 2).sum(0)
     record = {"step": state["step"], "epoch": epoch + 1, "train_loss": float(mean[0] / max(mean[1], 1))}
-    scores = evaluate(a, c["model"], c["eval_sets"], accelerator, c["labels"]) if c["eval_sets"] else {}
+    scores = evaluate(a, run.model, run.eval_sets, accelerator, run.labels) if run.eval_sets else {}
     record.update({f"eval_{k}": v for k, v in scores.items()})
     accelerator.print(json.dumps(record))
-    c["metrics"].log(record)
+    run.metrics.log(record)
     state["history"].append(record)
     state.update(epoch=epoch + 1, loss_sum=0.0, loss_count=0)
     score, best = scores.get(metric), state["best"]
     best_score = None if best is None else best["metrics"].get(metric)
     if score is None or best_score is None or score > best_score:  # without validation data: the latest epoch
         state["best"] = {"epoch": epoch + 1, "metrics": scores}
-        training.save_final_model(accelerator, c["model"], c["tokenizer"], a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
+        training.save_final_model(accelerator, run.model, run.tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
 
 
-def save_checkpoint(c, state):
-    a, accelerator, loop = c["a"], c["accelerator"], c["loop"]
-    trainer_state = {"flags": training.run_flags(a), "model": training.model_fields(accelerator.unwrap_model(c["model"])),
-                     "num_processes": accelerator.num_processes, "loop": loop.state_dict(), "recipe": state,
-                     "metrics_records": c["metrics"].count}
-    c["checkpoints"].save(state["step"], trainer_state=trainer_state, rank_state={})
-
-
-def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
+def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_train):
     """Predict the test split with the best model; write eval_results.json, all_results.json, history.json,
     predict_results.tsv and training_curves.png."""
-    a, accelerator, labels = c["a"], c["accelerator"], c["labels"]
+    a, accelerator, labels = run.a, run.accelerator, run.labels
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
     results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=n_train,
                    train_runtime_s=round(train_runtime, 2), long_document_mode=a.long_document_mode,
@@ -393,7 +394,7 @@ def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
     out = Path(a.output_dir)
     if "test" in loaders:
         start = time.perf_counter()
-        predictions = predict(c["model"], loaders["test"], accelerator, is_regression=labels.is_regression)
+        predictions = predict(run.model, loaders["test"], accelerator, is_regression=labels.is_regression)
         results["test_runtime_s"] = round(time.perf_counter() - start, 2)
         if "labels" in other_sets["test"].column_names:
             scores = compute_metrics(a, predictions, other_sets["test"]["labels"], labels)
@@ -405,8 +406,8 @@ def finish(c, state, loaders, other_sets, *, train_runtime, n_train):
         training.write_json(out / "all_results.json", results)
         training.write_json(out / "history.json", state["history"])
         if state["history"]:
-            metric = c["main_metric"]
-            training.plot_metrics(c["metrics"].records(), out / "training_curves.png", title="finetuning",
+            metric = run.main_metric
+            training.plot_metrics(run.metrics.records(), out / "training_curves.png", title="finetuning",
                          left={"loss": "train loss", "train_loss": "train loss (epoch mean)"},
                          right={f"eval_{metric}": f"validation {metric}"})
         if a.push_to_hub:

@@ -307,16 +307,30 @@ def main(argv=None):
         accelerator.print(f"resumed from {resume} at step {step}")
     metrics = training.MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
     metrics.start(records)
-    finished = train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoints, metrics, step=step, mems=mems)
+    run = Pretraining(a, accelerator, model, tokenizer, loop, checkpoints, metrics, stream=stream, collator=collator,
+                      eval_batches=eval_batches, baseline=baseline)
+    finished = train(run, step=step, mems=mems)
     if not finished:
         training.end_run(accelerator)
         return None
-    return finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, steps=finished)
+    return finish(run, steps=finished)
 
 
-def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoints, metrics, *, step, mems):
+@dataclass
+class Pretraining(training.RecipeRun):
+    """The run's shared state, with the pretraining data: the stream, its collator, the validation batches and the
+    unigram baseline loss."""
+
+    stream: PretrainingStream
+    collator: DataCollatorForXLNetPretraining
+    eval_batches: list
+    baseline: float
+
+
+def train(run: Pretraining, *, step, mems):
     """Optimizer steps until --max_steps or the --max_train_minutes deadline (returns the step count) or a signal (a
     checkpoint, then 0)."""
+    a, accelerator, model, loop, stream, collator = run.a, run.accelerator, run.model, run.loop, run.stream, run.collator
     carried = {"mems": mems}
     tokens_per_step = a.per_device_train_batch_size * a.seq_len * a.gradient_accumulation_steps * accelerator.num_processes
 
@@ -340,18 +354,19 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
             if step % a.eval_steps == 0 or last:
                 record, start = record or {"step": step}, time.perf_counter()
                 with loop.paused():
-                    record["eval_loss"] = evaluate(model, eval_batches, accelerator, with_memory=True)
-                    record["eval_loss_no_memory"] = evaluate(model, eval_batches, accelerator, with_memory=False)
+                    record["eval_loss"] = evaluate(model, run.eval_batches, accelerator, with_memory=True)
+                    record["eval_loss_no_memory"] = evaluate(model, run.eval_batches, accelerator, with_memory=False)
                 record["eval_perplexity"] = math.exp(min(record["eval_loss"], 50))
                 record["eval_seconds"] = time.perf_counter() - start
             if record is not None:
-                metrics.log(record)
+                run.metrics.log(record)
                 progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
             progress.update(1)
             stopping = stop.requested()
             if stopping or (a.checkpointing_steps and step % a.checkpointing_steps == 0):
                 with loop.paused():
-                    save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, carried["mems"], step, metrics.count)
+                    run.save_checkpoint(step, rank_state={"stream": stream.state_dict(), "collator": collator.state_dict()},
+                                        rank_tensors={f"mems.{i}": m for i, m in enumerate(carried["mems"] or [])})
             if stopping:
                 accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step {step}, exiting")
                 return 0
@@ -361,18 +376,10 @@ def train(a, accelerator, model, loop, stream, collator, eval_batches, checkpoin
     return step
 
 
-def save_checkpoint(a, accelerator, checkpoints, loop, stream, collator, mems, step, metrics_records):
-    trainer_state = {"flags": training.run_flags(a), "model": training.model_fields(accelerator.unwrap_model(loop.model)),
-                     "num_processes": accelerator.num_processes, "loop": loop.state_dict(),
-                     "metrics_records": metrics_records}
-    rank_state = {"stream": stream.state_dict(), "collator": collator.state_dict()}
-    tensors = {f"mems.{i}": m for i, m in enumerate(mems or [])}
-    checkpoints.save(step, trainer_state=trainer_state, rank_state=rank_state, rank_tensors=tensors)
-
-
-def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, *, steps):
+def finish(run: Pretraining, *, steps):
     """results.json, loss.png and the model (training-only config fields reset), each written atomically."""
-    records = metrics.records()
+    a, accelerator, model, loop, baseline = run.a, run.accelerator, run.model, run.loop, run.baseline
+    records = run.metrics.records()
     evals = [r for r in records if "eval_loss" in r]
     trained = [r for r in records if "tokens_per_second" in r]
     results = {
@@ -381,7 +388,7 @@ def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, *,
         "parameters": accelerator.unwrap_model(model).num_parameters(),
         "train_tokens_seen": steps * a.per_device_train_batch_size * a.seq_len * a.gradient_accumulation_steps
         * accelerator.num_processes,
-        "corpus_tokens": stream.num_tokens * accelerator.num_processes,
+        "corpus_tokens": run.stream.num_tokens * accelerator.num_processes,
         "train_seconds": loop.elapsed,
         "tokens_per_second": float(np.median([r["tokens_per_second"] for r in trained])) if trained else None,
         "final_train_loss": trained[-1]["loss"] if trained else None,
@@ -392,7 +399,7 @@ def finish(a, accelerator, model, tokenizer, metrics, baseline, loop, stream, *,
         "mixed_precision": accelerator.mixed_precision,
         "num_processes": accelerator.num_processes,
     }
-    training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
+    training.save_final_model(accelerator, model, run.tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     if accelerator.is_main_process:
         training.write_json(Path(a.output_dir, "results.json"), results)
         training.plot_metrics(records, Path(a.output_dir, "loss.png"), title="XLNet-Lite permutation-LM pretraining",

@@ -960,3 +960,34 @@ def exit_on_recipe_error(main, argv, prog):
     if code:
         sys.exit(code)
     return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A run's shared state
+
+
+@dataclass
+class RecipeRun:
+    """What a recipe's stages share once the run is set up: flags, accelerator, the prepared model, tokenizer,
+    training loop, checkpoints and metrics log. A recipe subclasses it with its own data (stream, labels, ...)."""
+
+    a: RecipeArguments
+    accelerator: object
+    model: torch.nn.Module
+    tokenizer: object
+    loop: TrainLoop
+    checkpoints: Checkpoints
+    metrics: MetricsLog
+
+    def save_checkpoint(self, step: int, *, recipe_state: dict | None = None, rank_state: dict | None = None,
+                        rank_tensors: dict | None = None) -> Path:
+        """A checkpoint with the trainer state every resume checks (flags, model, processes) and restores (loop,
+        metrics records), the recipe's own state, and each rank's state and tensors."""
+        acc = self.accelerator
+        trainer_state = {"flags": run_flags(self.a), "model": model_fields(acc.unwrap_model(self.model)),
+                         "num_processes": acc.num_processes, "loop": self.loop.state_dict(),
+                         "metrics_records": self.metrics.count}
+        if recipe_state is not None:
+            trainer_state["recipe"] = recipe_state
+        return self.checkpoints.save(step, trainer_state=trainer_state, rank_state=rank_state or {},
+                                     rank_tensors=rank_tensors)
