@@ -80,9 +80,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import xlnet_lite
 
+from xlnet_lite.collator import random_factorization_masks as xlnet_masks
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from model_helpers import xlnet_masks  # noqa: E402
 
 CONFIGS = {
     "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,

@@ -31,23 +31,6 @@ def twins(cls_name="XLNetLMHeadModel", seed=0, **overrides):
     return hf, lite
 
 
-def xlnet_masks(batch, seq_len, num_predict, seed=0):
-    """perm_mask (B, T, T) and one-hot target_mapping (B, P, T) in XLNet's scheme: a random factorization order;
-    targets see the non-targets and earlier targets; non-targets see every non-target and no target."""
-    gen = torch.Generator().manual_seed(seed)
-    perm_mask = torch.zeros(batch, seq_len, seq_len)
-    target_mapping = torch.zeros(batch, num_predict, seq_len)
-    for b in range(batch):
-        targets = torch.randperm(seq_len, generator=gen)[:num_predict]
-        rank = torch.full((seq_len,), -1)
-        rank[targets] = torch.randperm(num_predict, generator=gen)
-        is_target = rank >= 0
-        self_rank = torch.where(is_target, rank, rank + 1)
-        perm_mask[b] = ((self_rank[:, None] <= rank[None, :]) & is_target[None, :]).float()
-        target_mapping[b, torch.arange(num_predict), targets] = 1.0
-    return perm_mask, target_mapping
-
-
 def run_both(hf, lite, impl, **inputs):
     """transformers' model and its XLNet-Lite twin on the same inputs, the twin with attention kernel `impl`."""
     lite.config._attn_implementation = impl

@@ -9,10 +9,11 @@ import textwrap
 
 import pytest
 import torch
-from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, xlnet_masks
+from model_helpers import BLOCK_XLNET_LITE, TINY, randomise
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 import xlnet_lite
+from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
 CLASSES = [
     (xlnet_lite.XLNetLiteModel, AutoModel, "AutoModel"),

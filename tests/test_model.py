@@ -2,7 +2,9 @@
 
 import pytest
 import torch
-from model_helpers import TINY, randomise, xlnet_masks
+from model_helpers import TINY, randomise
+
+from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
 from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel
 

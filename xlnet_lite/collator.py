@@ -485,6 +485,25 @@ class DataCollatorForXLNetPretraining:
         return perm_mask.float()
 
 
+def random_factorization_masks(batch: int, seq_len: int, num_predict: int, *, seed: int = 0):
+    """perm_mask (B, T, T) and one-hot target_mapping (B, P, T) for a random factorization order over whole
+    sequences, in XLNet's scheme: P random positions are the targets, in a random order; a target sees every
+    non-target and the targets before it; a non-target sees every non-target and no target. For scoring or timing the
+    model on hand-made inputs; training batches come from DataCollatorForXLNetPretraining (spans, word starts)."""
+    gen = torch.Generator().manual_seed(seed)
+    perm_mask = torch.zeros(batch, seq_len, seq_len)
+    target_mapping = torch.zeros(batch, num_predict, seq_len)
+    for b in range(batch):
+        targets = torch.randperm(seq_len, generator=gen)[:num_predict]
+        rank = torch.full((seq_len,), -1)
+        rank[targets] = torch.randperm(num_predict, generator=gen)
+        is_target = rank >= 0
+        self_rank = torch.where(is_target, rank, rank + 1)
+        perm_mask[b] = ((self_rank[:, None] <= rank[None, :]) & is_target[None, :]).float()
+        target_mapping[b, torch.arange(num_predict), targets] = 1.0
+    return perm_mask, target_mapping
+
+
 def _targets_to_mapping(ids: torch.Tensor, is_target: torch.Tensor, num_predict: int):
     B, T = ids.shape
     positions = torch.arange(T)
