@@ -13,7 +13,7 @@ import pytest
 import torch
 from model_helpers import nan_at_training_forward
 from recipe_helpers import FINETUNE, PRETRAIN, cli, one_line_error, read_metrics, run, sentiment_rows, tiny_args, write_rows
-from test_hub import FakeHub
+from fake_hub import FakeHub
 
 from finetune import run_glue
 from pretrain import run_pretraining
@@ -51,6 +51,8 @@ def test_a_corpus_too_short_for_its_batch_is_one_line(corpus, tmp_path, split, f
 
 
 @pytest.mark.parametrize("content,says", [
+    (b"", "the file is empty"),
+    (b"  \n\n \t\n", "the file holds no rows"),
     (b"sentence,label\na fine film,pos\n\xff\xfe,neg\n", "line 3 is not valid UTF-8"),
     (b'sentence,label\n"an open quote,pos\nbad,neg\n', "not a readable csv file"),
     (b"sentence,verdict\na fine film,pos\nbad,neg\n", "no `label` column"),
