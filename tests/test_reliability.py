@@ -184,3 +184,23 @@ def test_a_disk_that_really_fills_up(corpus, small_disk):
     assert not [p.name for p in small_disk.rglob("*") if p.name.endswith(".tmp")], line
     for checkpoint in (out / "checkpoints").iterdir():
         assert verify_checkpoint(checkpoint) == (None, True)
+
+
+@pytest.mark.parametrize("point,what", [("checkpoint_state@2", "checkpoint step_4"),
+                                        ("checkpoint_manifest@2", "checkpoint step_4"),
+                                        ("final_model_written", "the final model")])
+def test_a_full_disk_on_one_of_two_processes(corpus, tmp_path, point, what):
+    """Every process learns of a failed save (on both, or on the main process alone: the manifest and the final
+    model are its writes), and all stop; none waits for the other."""
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", DISK_FULL_ENV: point}
+    args = tiny_args(corpus, tmp_path, "--max_steps", "4", "--eval_steps", "4", "--checkpointing_steps", "2")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", PRETRAIN, *args]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0, result.stderr[-3000:]
+    ours = [line for line in result.stderr.splitlines() if "run_pretraining.py\", line" in line or "xlnet_lite/" in line]
+    assert not ours, result.stderr[-3000:]  # torchrun reports a failed worker with its own traceback; the workers none
+    errors = [line for line in result.stderr.splitlines() if "run_pretraining.py: error:" in line]
+    assert any(f"could not write {what}" in line for line in errors), result.stderr[-3000:]
+    assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    assert verify_checkpoint(tmp_path / "checkpoints" / "step_2") == (None, True)
+    assert not (tmp_path / "model.safetensors").exists()
