@@ -547,7 +547,8 @@ class Checkpoints:
         what this one had written when it failed)."""
         previous = self.complete()
         needed = max(folder_size(tmp), folder_size(previous[-1]) if previous else 0)
-        shutil.rmtree(tmp, ignore_errors=True)  # before measuring the free space
+        if self.accelerator.is_main_process:  # before measuring the free space (other ranks may still be writing)
+            shutil.rmtree(tmp, ignore_errors=True)
         return save_error(self.root, error, needed_bytes=needed, what=f"checkpoint step_{step}")
 
     def _settle(self, tmp: Path, step: int, failure: SaveError | None):
