@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .data import utf8_lines
 from .errors import RecipeError
 
 # GLUE column names (nyu-mll/glue).
@@ -108,12 +109,11 @@ def load_data_file(path):
 
 def _check_utf8(path):
     """RecipeError naming the first line that is not valid UTF-8."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise RecipeError(f"{path}: line {number} is not valid UTF-8 ({error.reason})") from None
+    try:
+        for _ in utf8_lines(path):
+            pass
+    except ValueError as error:
+        raise RecipeError(str(error)) from None
 
 
 def _count_lines(path, *, limit):

@@ -31,6 +31,17 @@ from .tokenization_xlnet_lite import special_token_ids
 # ---------------------------------------------------------------------------------------------
 
 
+def utf8_lines(path: str | os.PathLike) -> Iterator[str]:
+    """The lines of a file, decoded; ValueError naming the file and the first line that is not valid UTF-8."""
+    with open(path, "rb") as f:
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}: line {line_number} is not valid UTF-8 ({err.reason})") from None
+            yield line
+
+
 def read_text_documents(path: str | os.PathLike) -> list[str]:
     """Read a UTF-8 plain-text file in which an empty line separates documents.
 
@@ -42,18 +53,13 @@ def read_text_documents(path: str | os.PathLike) -> list[str]:
     """
     path = Path(path)
     documents, current = [], []
-    with open(path, "rb") as f:
-        for line_number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path}: line {line_number} is not valid UTF-8 ({err.reason})") from None
-            line = line.rstrip("\r\n")
-            if line.strip():
-                current.append(line.strip())
-            elif current:
-                documents.append("\n".join(current))
-                current = []
+    for line in utf8_lines(path):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            current.append(line.strip())
+        elif current:
+            documents.append("\n".join(current))
+            current = []
     if current:
         documents.append("\n".join(current))
     if not documents:

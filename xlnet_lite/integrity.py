@@ -37,7 +37,7 @@ class SaveError(RuntimeError):
 # xxh3_128 hashes ~13 GB/s on one core here, sha256 ~1.7 GB/s: a manifest of a 1.1 GB checkpoint costs ~5% of its
 # write with xxh3 and ~70% with sha256 (benchmarks/RESULTS.md). Both detect truncation and flipped bits; xxh3 is not
 # made to resist a forger, which is not what a manifest guards against.
-HASHES = {"xxh3_128": lambda: xxhash.xxh3_128(), "sha256": hashlib.sha256}
+HASHES = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 ALGORITHM = "xxh3_128"
 
 

@@ -275,12 +275,11 @@ def publish_folder(tmp: Path, directory: Path):
 def agree_on_failure(accelerator, failure: SaveError | None, others: str, *, cleanup: Callable | None = None):
     """Every process learns whether a write failed on any of them. If one did, the main process runs `cleanup`
     (removing the partial files) and all raise SaveError (the failing one with its own message, the others with
-    `others`); otherwise all meet at a barrier."""
+    `others`); otherwise all go on, each having finished its writes."""
     failed = failure is not None
-    if accelerator.num_processes > 1:
+    if accelerator.num_processes > 1:  # the all-reduce is also the barrier: every process has finished its writes
         failed = bool(accelerator.reduce(torch.tensor([float(failed)], device=accelerator.device), "sum").item() > 0)
     if not failed:
-        accelerator.wait_for_everyone()
         return
     if cleanup is not None and accelerator.is_main_process:
         cleanup()
@@ -914,7 +913,7 @@ def bad_input(name: str):
         yield
     except RecipeError:
         raise
-    except (ValueError, UnicodeDecodeError) as error:
+    except ValueError as error:  # UnicodeDecodeError included
         raise RecipeError(f"{name}: {error}") from error
 
 
