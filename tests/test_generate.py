@@ -7,6 +7,7 @@ from model_helpers import TINY, randomise, twins
 from torch.utils.flop_counter import FlopCounterMode
 
 import xlnet_lite
+from xlnet_lite.modeling_xlnet_lite import CACHE_NAME
 
 PAD, EOS = 5, 2  # XLNetConfig's defaults, kept by the twins
 
@@ -141,10 +142,10 @@ def test_each_step_feeds_two_tokens_and_never_reprojects_the_memory():
     def step_flops(memory):
         ids = prompt(batch=2, length=memory + 1)
         with torch.no_grad():
-            cache = lite(ids, predict_next=True, use_cache=True).past_key_values
+            cache = lite(ids, predict_next=True, use_cache=True)[CACHE_NAME]
             cache.crop(-1)
             with FlopCounterMode(display=False) as counter:
-                lite(ids[:, -2:], predict_next=True, past_key_values=cache, use_cache=True, use_mems=False)
+                lite(ids[:, -2:], predict_next=True, cache=cache, use_cache=True, use_mems=False)
         return counter.get_total_flops()
 
     H, L, extra = 32, 2, 180
@@ -155,7 +156,7 @@ def test_each_step_feeds_two_tokens_and_never_reprojects_the_memory():
 def test_the_cache_is_returned_and_grows_by_one_a_step():
     _, lite = twins()
     out = generate(lite, prompt(length=9), max_new_tokens=6)
-    cache = out.past_key_values
+    cache = out[CACHE_NAME]
     assert isinstance(cache, xlnet_lite.XLNetLiteCache)
     assert cache.get_seq_length() == 9 + 6 - 1  # every position but the last generated token, which is never fed
     assert cache.seen_tokens == 9 + 2 * 5  # the prompt, then two tokens a step

@@ -16,6 +16,7 @@ import transformers
 from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, run_both, twins
 
 import xlnet_lite
+from xlnet_lite.modeling_xlnet_lite import CACHE_NAME
 from xlnet_lite import (
     XLNetLiteConfig,
     XLNetLiteForMultipleChoice,
@@ -340,9 +341,24 @@ def test_unknown_keyword_raises_type_error_naming_it(cls):
 def test_generation_keywords_are_accepted():
     model = head(xlnet_lite.XLNetLiteLMHeadModel)
     with torch.no_grad():
-        out = model(ids(), use_cache=True, past_key_values=None, cache_position=torch.arange(T), logits_to_keep=1,
+        out = model(ids(), use_cache=True, cache=None, cache_position=torch.arange(T), logits_to_keep=1,
                     predict_next=True, use_mems=False, output_attentions=False, output_hidden_states=False)
-    assert out.logits.shape == (B, 1, 97) and isinstance(out.past_key_values, xlnet_lite.XLNetLiteCache)
+    assert out.logits.shape == (B, 1, 97) and isinstance(out[CACHE_NAME], xlnet_lite.XLNetLiteCache)
+
+
+def test_the_cache_is_taken_under_either_name():
+    """transformers 5.24 renamed generate()'s past_key_values to cache: a step fed the cache under either name
+    gives the same logits, and both at once is an error."""
+    model = head(xlnet_lite.XLNetLiteLMHeadModel)
+    x = ids()
+    with torch.no_grad():
+        steps = []
+        for name in ("cache", "past_key_values"):
+            cache = model(x, use_cache=True, predict_next=True, use_mems=False)[CACHE_NAME]
+            steps.append(model(x[:, -2:], use_cache=True, predict_next=True, use_mems=False, **{name: cache}).logits)
+        torch.testing.assert_close(steps[0], steps[1], rtol=0, atol=0)
+        with pytest.raises(ValueError, match="not both"):
+            model(x, use_cache=True, cache=cache, past_key_values=cache)
 
 
 @pytest.mark.parametrize("cls,labels", [

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.activations import ACT2FN, get_activation
+from transformers.generation.utils import ALL_CACHE_NAMES
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
@@ -42,8 +43,20 @@ from .configuration_xlnet_lite import XLNetLiteConfig
 # ----------------------------------------------------------------------------------------------------------
 # Outputs
 
+# The name generate() gives the cache, in the outputs it reads and the inputs it passes: `cache` from transformers
+# 5.24, `past_key_values` before. The outputs carry it under that name; forward() takes either.
+CACHE_NAME = "cache" if "cache" in ALL_CACHE_NAMES else "past_key_values"
+
+
+def with_cache_field(cls):
+    """Adds the generation cache as the output's last field, named CACHE_NAME (apply below @dataclass)."""
+    cls.__annotations__[CACHE_NAME] = "XLNetLiteCache | None"
+    setattr(cls, CACHE_NAME, None)
+    return cls
+
 
 @dataclass
+@with_cache_field
 class XLNetLiteModelOutput(ModelOutput):
     """`last_hidden_state` is (B, P, H) with a target_mapping (query stream), else (B, T, H)."""
 
@@ -51,20 +64,19 @@ class XLNetLiteModelOutput(ModelOutput):
     mems: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple | None = None
-    past_key_values: "XLNetLiteCache | None" = None
 
 
 @dataclass
+@with_cache_field
 class XLNetLiteLMHeadModelOutput(ModelOutput):
-    """`past_key_values` is the generation cache (use_cache=True); it comes last so that the other fields keep
-    transformers' XLNet tuple positions."""
+    """The generation cache (use_cache=True; `cache` or `past_key_values`, see CACHE_NAME) comes last so that the
+    other fields keep transformers' XLNet tuple positions."""
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple | None = None
-    past_key_values: "XLNetLiteCache | None" = None
 
 
 @dataclass
@@ -757,21 +769,26 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         pos_emb = self.dropout(relative_position_embedding(self.config, qlen=qlen, klen=top, device=device).to(self.dtype))
         cache.set_positions([layer.rel_attn.positional_keys(pos_emb) for layer in self.layer], top=top, qlen=qlen)
 
-    def generation_cache(self, past_key_values, use_cache, *, mems, token_type_ids):
-        """The XLNetLiteCache to read and extend (a new one for use_cache=True without one), or None."""
-        if past_key_values is None and not use_cache:
+    def generation_cache(self, cache, past_key_values, use_cache, *, mems, token_type_ids):
+        """The XLNetLiteCache to read and extend, or None. generate() passes it as `cache` (transformers >= 5.24) or
+        `past_key_values` (before); a caller may use either name."""
+        if past_key_values is not None:
+            if cache is not None:
+                raise ValueError("Pass the generation cache as cache or as past_key_values, not both")
+            cache = past_key_values
+        if cache is None and not use_cache:
             return None
-        if past_key_values is None:
-            past_key_values = XLNetLiteCache(self.config, mem_len=self.config.mem_len or None)
-        if not isinstance(past_key_values, XLNetLiteCache):
+        if cache is None:
+            cache = XLNetLiteCache(self.config, mem_len=self.config.mem_len or None)
+        if not isinstance(cache, XLNetLiteCache):
             raise ValueError(
-                f"past_key_values must be an XLNetLiteCache (generate() makes one), got {type(past_key_values).__name__}"
+                f"the generation cache must be an XLNetLiteCache (generate() makes one), got {type(cache).__name__}"
             )
         if mems is not None:
-            raise ValueError("Pass either mems (Transformer-XL memory) or past_key_values (generation cache), not both")
+            raise ValueError("Pass either mems (Transformer-XL memory) or a generation cache, not both")
         if token_type_ids is not None:
-            raise ValueError("token_type_ids cannot be combined with past_key_values: the generation cache has no segments")
-        return past_key_values
+            raise ValueError("token_type_ids cannot be combined with the generation cache: it has no segments")
+        return cache
 
     def forward(
         self,
@@ -788,15 +805,16 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         output_hidden_states=None,
         return_dict=None,
         predict_next=False,
-        past_key_values=None,
+        cache=None,
         use_cache=None,
+        past_key_values=None,
     ):
         """transformers' XLNetModel inputs, plus:
         predict_next: one query-stream row at position T, after the last token, that sees every position (and the
             memory): XLNet's next-token prediction. transformers' XLNet gets it by appending a dummy token that
             perm_mask hides from every position and target_mapping reads; this is the same computation without the
             dummy's content stream, which nothing sees. The output is then (B, 1, H).
-        past_key_values / use_cache: the generation cache (XLNetLiteCache) instead of mems; see generate().
+        cache (or past_key_values) / use_cache: the generation cache (XLNetLiteCache) instead of mems; see generate().
         """
         cfg = self.config
         output_attentions = output_attentions if output_attentions is not None else cfg.output_attentions
@@ -806,7 +824,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             use_mems = cfg.use_mems_train if self.training else cfg.use_mems_eval
         if mems is not None and all(m is None for m in mems):
             mems = None
-        cache = self.generation_cache(past_key_values, use_cache, mems=mems, token_type_ids=token_type_ids)
+        cache = self.generation_cache(cache, past_key_values, use_cache, mems=mems, token_type_ids=token_type_ids)
         if predict_next and not (perm_mask is None and target_mapping is None and token_type_ids is None):
             raise ValueError("predict_next=True places the query stream itself: pass no perm_mask, target_mapping "
                              "or token_type_ids with it")
@@ -843,7 +861,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             mems=new_mems if use_mems else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
-            past_key_values=cache,
+            **{CACHE_NAME: cache},
         )
         return out if return_dict else out.to_tuple()
 
@@ -902,8 +920,9 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls):
         return False  # the cache is an XLNetLiteCache, made by prepare_inputs_for_generation
 
-    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, attention_mask=None, use_cache=None,
-                                      use_mems=None, inputs_embeds=None, token_type_ids=None, **kwargs):
+    def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None, use_cache=None,
+                                      use_mems=None, inputs_embeds=None, token_type_ids=None, past_key_values=None,
+                                      **kwargs):
         """One step of XLNet's next-token prediction, as transformers' XLNetLMHeadModel does it.
 
         transformers appends a dummy token that perm_mask hides from every position and reads it with target_mapping
@@ -920,33 +939,34 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
                              "(no inputs_embeds, no token_type_ids)")
         for name in ("next_sequence_length", "is_first_iteration", "cache_position"):
             kwargs.pop(name, None)
+        cache = cache if past_key_values is None else past_key_values  # the name before transformers 5.24
         cached = use_cache is not False and use_mems is not False
         if not cached:
-            past_key_values = None
-        elif past_key_values is not None and past_key_values.seen_tokens:
-            past_key_values.crop(-1)
+            cache = None
+        elif cache is not None and cache.seen_tokens:
+            cache.crop(-1)
             input_ids = input_ids[:, -2:]
             attention_mask = None if attention_mask is None else attention_mask[:, -2:]
-        elif past_key_values is None:
+        elif cache is None:
             mem_len = self.config.mem_len
-            past_key_values = XLNetLiteCache(self.config, mem_len=mem_len - 1 if mem_len else None)
-        return dict(input_ids=input_ids, attention_mask=attention_mask, predict_next=True,
-                    past_key_values=past_key_values, use_cache=cached, use_mems=False, **kwargs)
+            cache = XLNetLiteCache(self.config, mem_len=mem_len - 1 if mem_len else None)
+        return dict(input_ids=input_ids, attention_mask=attention_mask, predict_next=True, cache=cache,
+                    use_cache=cached, use_mems=False, **kwargs)
 
     def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
                 token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
                 output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0,
-                predict_next=False, past_key_values=None, use_cache=None, cache_position=None,
-                num_items_in_batch=None):
+                predict_next=False, cache=None, use_cache=None, cache_position=None, num_items_in_batch=None,
+                past_key_values=None):
         """transformers' XLNetLMHeadModel inputs, plus predict_next (logits (B, 1, V) for the token after the last
-        one; see XLNetLiteModel), the generation cache (past_key_values / use_cache; generate() may also pass
+        one; see XLNetLiteModel), the generation cache (cache or past_key_values / use_cache; generate() may also pass
         cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
             input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
             token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
-            predict_next=predict_next, past_key_values=past_key_values, use_cache=use_cache,
+            predict_next=predict_next, cache=cache, past_key_values=past_key_values, use_cache=use_cache,
         )
         logits = self.lm_loss(keep_rows(out.last_hidden_state, logits_to_keep))  # (B, P or T or 1, V)
         loss = None
@@ -957,7 +977,7 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteLMHeadModelOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions,
-            past_key_values=out.past_key_values,
+            **{CACHE_NAME: getattr(out, CACHE_NAME)},
         )
         return result if return_dict else result.to_tuple()
 
