@@ -227,16 +227,79 @@ def rel_shift(x, *, qlen, klen, query_pos=None):
     holds distance (mlen + pos_i) - j. Positions beyond R only occur at keys a "uni" model masks.
     """
     B, N, Q, R = x.shape
-    if query_pos is None:  # content stream: a view, no copy. Row i of the result starts qlen - i columns into row i
-        # of x, i.e. at flat offset qlen + i * (R - 1): rows of R - 1 from offset qlen. Q may be T + 1 (predict_next's
-        # query row at position T continues the content rows). Needs each row's R scores contiguous (any B/N layout).
+    if query_pos is None:  # content stream: a view, no copy (see shifted_rows)
         if x.stride(3) != 1 or x.stride(2) != R:
             x = x.contiguous()
-        rows = x.flatten(2)[:, :, qlen:qlen + Q * (R - 1)]  # (B, N, Q * (R - 1))
-        return rows.unflatten(2, (Q, R - 1))[..., :klen]
+        return shifted_rows(x.flatten(2), qlen=qlen, klen=klen, rows=Q, R=R)
     index = (qlen - query_pos)[:, None, :, None] + torch.arange(klen, device=x.device)  # (B, 1, P, K)
     index = index.clamp_(max=R - 1).expand(B, N, -1, -1)  # (B, N, P, K)
     return x.gather(3, index)
+
+
+def shifted_rows(flat, *, qlen, klen, rows, R):
+    """The content stream's relative shift as a view: flat (..., rows * R) holds each row's R scores contiguous;
+    row i of the result starts qlen - i columns into row i, i.e. at flat offset qlen + i * (R - 1): rows of R - 1
+    from offset qlen. rows may be T + 1 (predict_next's query row at position T continues the content rows).
+    Returns (..., rows, klen)."""
+    return flat[..., qlen:qlen + rows * (R - 1)].unflatten(-1, (rows, R - 1))[..., :klen]
+
+
+class _ShiftedPositionalScores(torch.autograd.Function):
+    """The content stream's positional term rel_shift(q @ kr) for a kr shared by the batch, with a backward that
+    writes the shifted gradient straight into the matmul's layout: one zero-filled buffer and one strided copy,
+    where autograd's would take two slice_backwards and a transpose copy. q (B, N, Q, D), kr (N, D, R) ->
+    (B, N, Q, K). Under autocast the matmuls run in its dtype, as the composite would."""
+
+    @staticmethod
+    def forward(ctx, q, kr, qlen, klen):
+        B, N, Q, D = q.shape
+        R = kr.shape[-1]
+        dtype = torch.promote_types(q.dtype, kr.dtype)
+        if torch.is_autocast_enabled(q.device.type):
+            dtype = torch.get_autocast_dtype(q.device.type)
+        a = q.transpose(0, 1).reshape(N, B * Q, D).to(dtype)  # (N, B * Q, D): the batch folds into the rows
+        kr_mm = kr.to(dtype)
+        full = torch.bmm(a, kr_mm)  # (N, B * Q, R)
+        ctx.save_for_backward(a, kr_mm)
+        ctx.dims = (B, N, Q, R, qlen, klen, q.dtype, kr.dtype)
+        return shifted_rows(full.view(N, B, Q * R), qlen=qlen, klen=klen, rows=Q, R=R).transpose(0, 1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, kr = ctx.saved_tensors
+        B, N, Q, R, qlen, klen, q_dtype, kr_dtype = ctx.dims
+        full = torch.zeros(N, B, Q * R, dtype=a.dtype, device=a.device)
+        shifted_rows(full, qlen=qlen, klen=klen, rows=Q, R=R).copy_(grad.transpose(0, 1))
+        full = full.view(N, B * Q, R)
+        grad_q = grad_kr = None
+        if ctx.needs_input_grad[0]:
+            grad_q = (full @ kr.transpose(1, 2)).view(N, B, Q, -1).transpose(0, 1).to(q_dtype)  # (B, N, Q, D)
+        if ctx.needs_input_grad[1]:
+            grad_kr = (a.transpose(1, 2) @ full).to(kr_dtype)  # (N, D, R)
+        return grad_q, grad_kr, None, None
+
+
+class _FillBlocked(torch.autograd.Function):
+    """score.masked_fill_(blocked, finfo.min) whose backward passes the gradient through unmasked: the softmax that
+    follows gives a blocked score's gradient as prob * (...) with prob exactly 0 (a row with every key blocked is
+    zeroed after the softmax, so its gradient is 0 as well), so masking it again would be a wasted pass."""
+
+    @staticmethod
+    def forward(ctx, score, blocked):
+        ctx.mark_dirty(score)
+        score.masked_fill_(blocked, torch.finfo(score.dtype).min)
+        return score
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def fill_blocked(score, blocked):
+    """The eager kernel's masking; under torch.compile the plain masked_fill, which the compiler fuses anyway."""
+    if torch.compiler.is_compiling():
+        return score.masked_fill(blocked, torch.finfo(score.dtype).min)
+    return _FillBlocked.apply(score, blocked)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -351,11 +414,12 @@ class XLNetLiteRelativeAttention(nn.Module):
         k, v, kr = keys
         u, v_bias, b = biases
         q = q.transpose(1, 2)  # (B, N, Q, D)
-        pos = positional_scores((q + v_bias[:, None]) * self.scale, kr)  # (B, N, Q, R)
-        pos = rel_shift(pos, qlen=qlen, klen=k.shape[2], query_pos=query_pos)  # (B, N, Q, K)
-        q_aug = q + u[:, None]
+        # the biases in q's dtype: under autocast q is bf16 and an fp32 bias would promote the sums to fp32
+        pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * self.scale, kr, qlen=qlen, klen=k.shape[2],
+                              query_pos=query_pos)  # (B, N, Q, K)
+        q_aug = q + u.to(q.dtype)[:, None]
         if seg_q is not None:
-            seg = (q + b[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different segment
+            seg = (q + b.to(q.dtype)[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
             gain = seg[..., :1] - seg[..., 1:]  # (B, N, Q, 1): what a same-segment key adds
             if seg_classes:
                 same_q = F.one_hot(seg_q, seg_classes).to(q.dtype)[:, None]  # (B, 1, Q, C)
@@ -366,7 +430,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         if eager:
             score = (q_aug * self.scale) @ k.transpose(-1, -2) + pos  # (B, N, Q, K)
             if blocked is not None:
-                score.masked_fill_(blocked, torch.finfo(score.dtype).min)
+                score = fill_blocked(score, blocked)
             prob = score.softmax(-1)
             if no_key is not None:
                 prob = prob.masked_fill(no_key, 0.0)
@@ -420,6 +484,13 @@ class XLNetLiteRelativeAttention(nn.Module):
         out = self.post_attention(hg, vec)  # (B, T + 1, H)
         probs = (None, None) if prob is None else (prob[:, :, :T], prob[:, :, T:])
         return out[:, :T], out[:, T:], probs
+
+
+def positional_term(q, kr, *, qlen, klen, query_pos):
+    """(q + v) R / sqrt(D) over keys: q (B, N, Q, D) already biased and scaled, kr (B or 1, N, D, R) -> (B, N, Q, K)."""
+    if query_pos is None and kr.shape[0] == 1 and q.shape[0] > 1 and not torch.compiler.is_compiling():
+        return _ShiftedPositionalScores.apply(q, kr[0], qlen, klen)
+    return rel_shift(positional_scores(q, kr), qlen=qlen, klen=klen, query_pos=query_pos)
 
 
 def positional_scores(q, kr):
