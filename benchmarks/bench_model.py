@@ -4,7 +4,8 @@
                                      [--precisions auto|fp32|fp32,bf16] [--no-compile]
                                      [--out benchmarks/results/model.json] [--profile]
 
-Per config it builds transformers' XLNetLMHeadModel (dropout 0.1, 0 at the small recipe shapes; train mode) and its XLNet-Lite twins
+Per config it builds transformers' XLNetLMHeadModel (dropout 0 at the reference and small configs, as the recipe
+pretrains; 0.1 at the large one; train mode) and its XLNet-Lite twins
 (`xlnet_lite.from_hf_xlnet`, identical weights), and times, in ONE process and alternating (the order rotates
 every run), these variants:
 
@@ -24,7 +25,8 @@ with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated (measure
 the skip and its reason go into the JSON. The compiled rows' first steps (compilation, about a minute on 2 cores)
 are reported apart (first_train_step_s, first_eval_forward_s, first_classify_s).
 
-on (1) a training step: zero_grad + forward with labels + backward + AdamW step (train mode, dropout on),
+on (1) a training step: zero_grad + forward with labels + backward + AdamW step (fused, as the recipes use it;
+train mode),
 (2) an inference forward (eval mode, no_grad) of the same batch (PLM scoring), and (3) eval-mode sequence
 classification (transformers' XLNetForSequenceClassification and its twins) of a left-padded B x T batch with
 segment ids, what finetuning's evaluation and prediction run. Tokens/s = B * T / step time (median of
@@ -44,7 +46,8 @@ counted FLOPs / median step time; MFU = achieved / the machine's matmul peak, me
 each config (median of 2048^3 matmuls, fp32 for the fp32 rows, bf16 for the bf16 rows): a shared machine's speed
 drifts (here 87 -> 128 GFLOP/s fp32 within one run), so an MFU is only as good as its peak. Each variant is charged its own
 FLOPs: XLNet-Lite does less work (query stream on P rows), so "hf-equivalent MFU" (the baseline's FLOPs /
-this variant's time) is reported too.
+this variant's time) is reported too. The "ceiling" is the MFU the step would reach if everything but its matmuls
+took no time: its recorded mm/bmm/addmm calls replayed alone on fresh tensors of the same shapes and dtypes.
 
 The collator (xlnet_lite.collator.DataCollatorForXLNetPretraining, if present) is timed on B examples of T
 tokens (synthetic ids with XLNet's `A <sep> B <sep> <cls>` layout, a synthetic 8000-piece vocabulary) as a
@@ -76,6 +79,7 @@ import torch
 import torch._functorch.config
 import torch._inductor.config
 import transformers
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import xlnet_lite
@@ -86,7 +90,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CONFIGS = {
     "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,
-                      num_predict=43, mem_len=None, reuse_len=None),
+                      num_predict=43, mem_len=None, reuse_len=None, dropout=0.0),
     "small": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=16, seq_len=128,
                   num_predict=22, mem_len=96, reuse_len=64, dropout=0.0),  # the recipe pretrains without dropout
     "large": dict(vocab_size=8000, d_model=512, n_layer=6, n_head=8, d_inner=2048, batch=4, seq_len=512,
@@ -152,7 +156,7 @@ class Variant:
     def __init__(self, name, model, batch, mems, autocast_dtype, compiled=False):
         self.name, self.model, self.autocast_dtype = name, model, autocast_dtype
         self.forward = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as xlnet_lite.training
         self.inputs = dict(batch)
         if mems is not None:
             self.inputs.update(mems=mems, use_mems=True)
@@ -310,6 +314,38 @@ def count_flops(fn):
     return counter.get_total_flops()
 
 
+MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
+           torch.ops.aten.baddbmm.default}
+
+
+class _RecordMatmuls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in MATMULS:
+            self.calls.append((func, [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else a for a in args]))
+        return func(*args, **(kwargs or {}))
+
+
+def matmul_only_seconds(fn, reps=5):
+    """The step's matmuls alone: every mm/bmm/addmm that fn runs (forward and backward) replayed on fresh
+    contiguous tensors of the same shapes and dtypes; median of reps replays of the whole list. Counted FLOPs over
+    this time is the step's FLOP rate if everything that is not a matmul took no time: the ceiling of its MFU at
+    these shapes."""
+    with _RecordMatmuls() as rec:
+        fn()
+    calls = [(f, [torch.randn(a[0]).to(a[1]) if isinstance(a, tuple) else a for a in args]) for f, args in rec.calls]
+    samples = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        for f, args in calls:
+            f(*args)
+        samples.append(time.perf_counter() - t0)
+    return median(samples[1:])
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -451,6 +487,8 @@ def run_config(args, name, names):
         flops[n] = dict(train=train_flops, infer=count_flops(v.infer))
         for p in params:
             p.requires_grad_(True)
+        v.model.train()
+        flops[n]["matmul_only_s"] = matmul_only_seconds(v.forward_backward)
     for n in variants:
         if n not in flops:
             flops[n] = flops[EAGER_TWIN[n]]
@@ -484,6 +522,8 @@ def run_config(args, name, names):
             train_gflop=flops[n]["train"] / 1e9, infer_gflop=flops[n]["infer"] / 1e9,
             train_mfu=flops[n]["train"] / tr / peak, infer_mfu=flops[n]["infer"] / inf / peak,
             train_mfu_hf_equivalent=flops[BASELINE]["train"] / tr / peak,
+            train_matmul_only_s=flops[n]["matmul_only_s"],
+            train_mfu_ceiling=flops[n]["train"] / flops[n]["matmul_only_s"] / peak,
             peak_for_mfu="bf16" if dtype is torch.bfloat16 else "fp32",
             memory=memory.get(n),
             first_train_step_s=first[n]["train_s"], first_eval_forward_s=first[n]["infer_s"],
@@ -520,7 +560,7 @@ def print_table(name, cfg, rows, collator):
     print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, d_model {cfg['d_model']}, "
           f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32")
     head = (f"{'variant':<18} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
-            f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10}")
+            f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10} {'ceiling':>7}")
     print(head)
     print("-" * len(head))
     for n, r in rows.items():
@@ -530,9 +570,10 @@ def print_table(name, cfg, rows, collator):
         print(f"{n:<18} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
               f"{r['infer_tokens_per_s']:15.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} "
               f"{r['classify_tokens_per_s']:14.0f} {r['classify_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
-              f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}%")
+              f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}% "
+              f"{100 * r['train_mfu_ceiling']:6.1f}%")
     for n, r in rows.items():
-        for pair in SAME_PRECISION_BASELINE.values():
+        for pair in sorted(set(SAME_PRECISION_BASELINE.values())):
             if f"train_speedup_vs_{pair}" in r:
                 extra = (f", peak memory {r[f'memory_ratio_vs_{pair}']:.2f}x" if f"memory_ratio_vs_{pair}" in r else "")
                 print(f"{n} vs {pair}: train {r[f'train_speedup_vs_{pair}']:.2f}x, "
@@ -548,7 +589,8 @@ def print_table(name, cfg, rows, collator):
     else:
         print(f"collator: {collator.get('skipped')}")
     print("MFU = counted matmul FLOPs of the variant / median time / measured matmul peak (bf16 peak for bf16 rows); "
-          "MFU(hf-eq) charges every variant transformers' FLOP count", flush=True)
+          "MFU(hf-eq) charges every variant transformers' FLOP count; ceiling = the MFU if only the step's matmuls took time "
+          "(they replayed alone at the same shapes)", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

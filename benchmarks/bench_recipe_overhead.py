@@ -1,7 +1,10 @@
 """The recipes' training throughput against the bare training step of the same model, shapes and precision.
 
     python -m benchmarks.bench_recipe_overhead [--pretrain-steps 60] [--finetune-steps 40] [--runs 10] [--repeats 3]
-                                               [--out benchmarks/results/recipe_overhead.json]
+                                               [--precision fp32|bf16] [--out benchmarks/results/recipe_overhead.json]
+
+--precision bf16 runs the recipes with `--mixed_precision bf16` and the bare steps under the same autocast (a CPU
+without AVX512-BF16/AMX emulates bf16: there it measures nothing useful).
 
 Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the embedded news corpus, fp32, B 16,
 T 128, P 22, a 96-token memory) runs --pretrain-steps optimizer steps (warmup 10 steps, checkpoints off, one evaluation at the end);
@@ -35,6 +38,7 @@ from pathlib import Path
 import torch
 
 import xlnet_lite
+from benchmarks.environment import environment
 from xlnet_lite import training
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,15 +60,18 @@ def run(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def bare_steps(model, batch, *, runs: int, learning_rate: float, weight_decay: float, eps: float) -> list[float]:
-    """Seconds of each of `runs` bare training steps (after 3 untimed ones)."""
+def bare_steps(model, batch, *, runs: int, bf16: bool, learning_rate: float, weight_decay: float,
+               eps: float) -> list[float]:
+    """Seconds of each of `runs` bare training steps (after 3 untimed ones), under bf16 autocast with bf16."""
     optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=eps)
     model.train()
     times = []
     for i in range(3 + runs):
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        model(**batch).loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**batch).loss
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if i >= 3:
@@ -74,7 +81,7 @@ def bare_steps(model, batch, *, runs: int, learning_rate: float, weight_decay: f
 
 def pretraining_batch(config, *, batch, seq_len, num_predict, seed=0):
     """bench_model's pretraining batch at these shapes, with a full memory (mem_len tokens per layer)."""
-    from bench_model import make_batch
+    from benchmarks.bench_model import make_batch
 
     inputs = make_batch(dict(batch=batch, seq_len=seq_len, num_predict=num_predict, vocab_size=config.vocab_size), seed)
     gen = torch.Generator().manual_seed(seed)
@@ -118,15 +125,16 @@ def main():
     parser.add_argument("--runs", type=int, default=10, help="timed bare steps, before and after each recipe run")
     parser.add_argument("--repeats", type=int, default=3, help="bare / recipe / bare measurements per recipe")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--out", default="benchmarks/results/recipe_overhead.json")
     args = parser.parse_args()
     if args.pretrain_steps < 20 or args.finetune_steps < 20:
         parser.error("--pretrain-steps and --finetune-steps must be >= 20 (two metrics records, the first dropped)")
     torch.set_num_threads(args.threads)
     launch = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-              "--num_cpu_threads_per_process", str(args.threads), "--dynamo_backend", "no", "--mixed_precision", "no"]
+              "--num_cpu_threads_per_process", str(args.threads), "--dynamo_backend", "no", "--mixed_precision", "no" if args.precision == "fp32" else "bf16"]
     result = dict(command=" ".join([Path(sys.executable).name] + sys.argv), loadavg_start=os.getloadavg(),
-                  threads=args.threads)
+                  threads=args.threads, precision=args.precision, environment=environment())
     with tempfile.TemporaryDirectory(prefix="recipe_overhead_") as tmp:
         pre, fin = Path(tmp, "pretrain"), Path(tmp, "finetune")
         # the recipe first (it writes the config the bare step uses), then bare / recipe again / bare
@@ -136,14 +144,14 @@ def main():
         config.update(dict(reuse_len=64, use_mems_train=True))  # the recipe's training values (reset when saved)
         batch = pretraining_batch(config, batch=16, seq_len=128, num_predict=22)
         model = xlnet_lite.XLNetLiteLMHeadModel(config)
-        pre_hyper = dict(learning_rate=3e-4, weight_decay=0.01, eps=1e-8)
+        pre_hyper = dict(learning_rate=3e-4, weight_decay=0.01, eps=1e-8, bf16=args.precision == "bf16")
         pre_cmd = [*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--overwrite_output_dir",
                    "--max_steps", str(args.pretrain_steps), "--eval_steps", str(args.pretrain_steps),
                    "--checkpointing_steps", "0", "--num_warmup_steps", "10"]
         cls_config = xlnet_lite.XLNetLiteConfig.from_pretrained(pre, num_labels=6, dropout=0.1)
         cls_batch = classification_batch(cls_config, batch=16, seq_len=128, num_labels=6)
         cls_model = xlnet_lite.XLNetLiteForSequenceClassification(cls_config)
-        fin_hyper = dict(learning_rate=3e-4, weight_decay=0.0, eps=1e-6)
+        fin_hyper = dict(learning_rate=3e-4, weight_decay=0.0, eps=1e-6, bf16=args.precision == "bf16")
         fin_cmd = [*launch, "finetune/run_glue.py", "--embedded_task", "news_topic", "--model_name_or_path", str(pre),
                    "--output_dir", str(fin), "--overwrite_output_dir", "--max_train_steps", str(args.finetune_steps),
                    "--learning_rate", "3e-4", "--max_seq_length", "128", "--checkpointing_steps", "0"]
