@@ -99,6 +99,8 @@ def plot(summary, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (("pretrained", "XLNet-Lite, pretrained"), ("random_init", "same, random init"),
                        ("tfidf", "TF-IDF + LR")):
+        if key not in summary[budgets[0]]:
+            continue
         means = [summary[b][key]["test_accuracy"]["mean"] if key != "tfidf" else summary[b][key]["test_accuracy"]
                  for b in budgets]
         stds = [summary[b][key]["test_accuracy"]["std"] if key != "tfidf" else 0 for b in budgets]
@@ -118,6 +120,8 @@ def main(argv=None):
     parser.add_argument("--labels_per_class", nargs="+", default=["100"], help="Numbers, or 'all'.")
     parser.add_argument("--lr_grid", nargs="+", type=float, default=[1e-4, 3e-4, 1e-3])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
+                        help="Which arms to run (e.g. only the pretrained one with a pooling the random arm lacks).")
     parser.add_argument("--finetune_flags", default="", help="More run_glue.py flags for every run (quoted).")
     parser.add_argument("--runs_dir", default="benchmarks/runs/newsgroups")
     parser.add_argument("--out", default="benchmarks/results/newsgroups.json")
@@ -130,14 +134,14 @@ def main(argv=None):
     splits = load_splits(embedded_task="newsgroups")
     summary = {}
     for budget in args.labels_per_class:
-        summary[budget] = {arm: run_arm(args, arm, budget) for arm in ARMS}
+        summary[budget] = {arm: run_arm(args, arm, budget) for arm in args.arms}
         summary[budget]["tfidf"] = tfidf_row(splits, budget)
         row = summary[budget]
         print(json.dumps({"labels_per_class": budget, **{k: row[k]["test_accuracy"] for k in row}}), flush=True)
     results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),
                "environment": environment(), "pretrained": args.pretrained,
                "pretraining_results": json.loads(Path(args.pretrained, "results.json").read_text()),
-               "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid, "seeds": args.seeds,
+               "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid, "seeds": args.seeds, "arms": args.arms,
                "summary": {str(k): v for k, v in summary.items()},
                "runs": sorted((json.loads(p.read_text()) for p in Path(args.runs_dir).glob("*.json")),
                               key=lambda r: r["name"])}
