@@ -48,6 +48,15 @@ from .configuration_xlnet_lite import XLNetLiteConfig
 CACHE_NAME = "cache" if "cache" in ALL_CACHE_NAMES else "past_key_values"
 
 
+def either_cache(cache, past_key_values):
+    """The generation cache passed under either name (`past_key_values` before transformers 5.24); not both."""
+    if past_key_values is None:
+        return cache
+    if cache is not None:
+        raise ValueError("Pass the generation cache as cache or as past_key_values, not both")
+    return past_key_values
+
+
 def with_cache_field(cls):
     """Adds the generation cache as the output's last field, named CACHE_NAME (apply below @dataclass)."""
     cls.__annotations__[CACHE_NAME] = "XLNetLiteCache | None"
@@ -843,10 +852,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
     def generation_cache(self, cache, past_key_values, use_cache, *, mems, token_type_ids):
         """The XLNetLiteCache to read and extend, or None. generate() passes it as `cache` (transformers >= 5.24) or
         `past_key_values` (before); a caller may use either name."""
-        if past_key_values is not None:
-            if cache is not None:
-                raise ValueError("Pass the generation cache as cache or as past_key_values, not both")
-            cache = past_key_values
+        cache = either_cache(cache, past_key_values)
         if cache is None and not use_cache:
             return None
         if cache is None:
@@ -1010,7 +1016,7 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
                              "(no inputs_embeds, no token_type_ids)")
         for name in ("next_sequence_length", "is_first_iteration", "cache_position"):
             kwargs.pop(name, None)
-        cache = cache if past_key_values is None else past_key_values  # the name before transformers 5.24
+        cache = either_cache(cache, past_key_values)
         cached = use_cache is not False and use_mems is not False
         if not cached:
             cache = None
