@@ -12,8 +12,10 @@ is xlnet_lite.training, shared with finetune/run_glue.py.
 """
 
 import dataclasses
+import itertools
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -27,7 +29,8 @@ from tqdm.auto import tqdm
 
 import xlnet_lite
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
-from xlnet_lite.data import PretrainingStream, build_eval_batches, read_text_documents
+from xlnet_lite import token_store
+from xlnet_lite.data import PretrainingStream, TextFileDocuments, build_eval_batches, count_text_documents
 from xlnet_lite.embedded_datasets import embedded_news_pretraining_texts, embedded_newsgroups_pretraining_texts
 from xlnet_lite.model_utils import (
     MODEL_PRESETS,
@@ -66,7 +69,11 @@ class PretrainingArguments(training.RecipeArguments):
     dataset_name: str | None = field(default=None, metadata={"help": "datasets name or local folder (instead of --train_file)."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's configuration."})
     text_column: str = field(default="text", metadata={"help": "Text column of --dataset_name."})
-    streaming: bool = field(default=False, metadata={"help": "Stream --dataset_name instead of downloading it whole."})
+    streaming: bool = field(default=False, metadata={"help": "Stream --dataset_name instead of downloading it whole (read once into the token store)."})
+    token_store: str | None = field(default=None, metadata={"help": "Train from this token store (printed by --prepare_only) instead of a corpus; its tokenizer comes with it."})
+    token_store_cache_dir: str | None = field(default=None, metadata={"help": "Where token stores and trained tokenizers are kept, one per corpus and tokenizer (default: $XLNET_LITE_CACHE or $HF_HOME/xlnet_lite)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenize the corpus into the token store (default: every CPU core this process may use)."})
+    prepare_only: bool = field(default=False, metadata={"help": "Build the token store (and train the tokenizer), print its path and exit: tokenize on CPU nodes first."})
     validation_split_percentage: float = field(default=2.0, metadata={"help": "Percent of the documents held out for validation."})
     seq_len: int = field(default=128, metadata={"help": "Tokens per sample: reuse_len + A <sep> B <sep> <cls>."})
     reuse_len: int = field(default=64, metadata={"help": "Tokens the next step reuses through the memory."})
@@ -87,7 +94,8 @@ class PretrainingArguments(training.RecipeArguments):
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size", "tokenizer_train_documents",
-        "dropout", "train_file", "validation_file", "embedded_corpus", "dataset_name", "dataset_config_name", "text_column", "seq_len",
+        "dropout", "train_file", "validation_file", "embedded_corpus", "dataset_name", "dataset_config_name", "text_column",
+        "token_store", "seq_len",
         "reuse_len", "mem_len", "perm_size", "plm_probability", "max_span_length", "bi_data",
     )
 
@@ -116,6 +124,13 @@ def check_args(a: PretrainingArguments):
             problems.append(f"--{name} must be >= 1, got {getattr(a, name)}")
     if a.train_file and a.dataset_name:
         problems.append("pass only one of --train_file or --dataset_name")
+    if a.token_store and (a.train_file or a.dataset_name or a.tokenizer_name):
+        problems.append("--token_store holds the corpus and its tokenizer: pass it without --train_file, --dataset_name "
+                        "and --tokenizer_name")
+    if a.token_store and not token_store.is_token_store(Path(a.token_store)):
+        problems.append(f"--token_store {a.token_store}: not a complete token store (build one with --prepare_only)")
+    if a.preprocessing_num_workers is not None and a.preprocessing_num_workers < 1:
+        problems.append(f"--preprocessing_num_workers must be >= 1, got {a.preprocessing_num_workers}")
     if a.validation_file and not a.train_file:
         problems.append("--validation_file needs --train_file")
     for name in ("train_file", "validation_file"):
@@ -142,14 +157,13 @@ EMBEDDED_CORPORA = {"newsgroups": (embedded_newsgroups_pretraining_texts, "the e
 
 
 def load_corpus(a: PretrainingArguments):
-    """(train, validation) documents: lists of texts, or datasets (streaming included)."""
+    """(train, validation) documents, none of them read yet where that can wait: a --train_file is read lazily
+    (TextFileDocuments), a dataset stays Arrow-backed or a stream; the embedded corpora are lists."""
     if a.train_file:
-        with training.bad_input("--train_file"):
-            train = read_text_documents(a.train_file)
         if a.validation_file:
-            with training.bad_input("--validation_file"):
-                return train, read_text_documents(a.validation_file)
-        return split_off_validation(train, a.validation_split_percentage, a.train_file)
+            return TextFileDocuments(a.train_file), TextFileDocuments(a.validation_file)
+        return tuple(TextFileDocuments(a.train_file, hold_out=a.validation_split_percentage, part=part)
+                     for part in ("train", "validation"))
     if a.dataset_name:
         import datasets
 
@@ -178,27 +192,96 @@ def split_off_validation(texts, percentage, source):
     return texts[:-n_valid], texts[-n_valid:]
 
 
+def check_text_files(a):
+    """Read --train_file and --validation_file through once (UTF-8, not empty, enough documents to hold some out)
+    before the tokenizer or the store is built from them."""
+    for flag, path in (("--train_file", a.train_file), ("--validation_file", a.validation_file)):
+        if path:
+            with training.bad_input(flag):
+                n = count_text_documents(path)
+                if flag == "--train_file" and not a.validation_file and n < 2:
+                    raise ValueError(f"{path}: needs at least two documents (one for validation), has {n}")
+
+
+def corpus_fingerprint(a, documents, part):
+    """What identifies documents without reading them (a stream: the flags that name it)."""
+    known = token_store.documents_fingerprint(documents, a.text_column)
+    if known is not None:
+        return known
+    return {"dataset": a.dataset_name, "config": a.dataset_config_name, "streaming": a.streaming, "part": part,
+            "text_column": a.text_column}
+
+
+def cache_dir(a) -> Path:
+    return Path(a.token_store_cache_dir) if a.token_store_cache_dir else token_store.default_cache_dir()
+
+
 def get_tokenizer(a, train_docs, accelerator):
-    """--tokenizer_name, the tokenizer of --model_name_or_path, or one trained on the corpus (main process, saved
-    under output_dir/tokenizer by an atomic rename, then loaded by every process)."""
+    """The run's tokenizer, also saved as output_dir/tokenizer (which a resumed run loads): that of --token_store,
+    --tokenizer_name, the tokenizer of --model_name_or_path, or a Unigram tokenizer trained on the first documents
+    (by the main process, once per corpus and settings: kept in the cache)."""
+    path = Path(a.output_dir, "tokenizer")
+    if Path(path, "tokenizer.json").is_file():
+        return load_tokenizer(path)
+    if a.token_store:
+        return token_store.TokenStore(a.token_store).tokenizer()
     if a.tokenizer_name:
         return load_tokenizer(a.tokenizer_name)
     if a.model_name_or_path and Path(a.model_name_or_path, "tokenizer.json").is_file():
         return load_tokenizer(a.model_name_or_path)
-    path = Path(a.output_dir, "tokenizer")
-    if accelerator.is_main_process and not Path(path, "tokenizer.json").is_file():
+    key = {"corpus": corpus_fingerprint(a, train_docs, "train"), "vocab_size": a.vocab_size,
+           "documents": a.tokenizer_train_documents, "text_column": a.text_column}
+
+    def train(final: Path):
+        check_text_files(a)
         accelerator.print(f"training a {a.vocab_size}-piece Unigram tokenizer on the first {a.tokenizer_train_documents} "
                           "training documents")
         limit = a.tokenizer_train_documents
-        texts = train_docs[:limit] if isinstance(train_docs, list) else [r[a.text_column] for r in train_docs.take(limit)]
-        tmp = Path(a.output_dir, ".tokenizer.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
+        texts = (list(itertools.islice(train_docs, limit)) if not hasattr(train_docs, "column_names")
+                 else [r[a.text_column] for r in train_docs.take(limit)])
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
         tokenizer = train_tokenizer(texts, vocab_size=a.vocab_size)
         training.crash_point("tokenizer_trained")
         tokenizer.save_pretrained(tmp)
+        training.replace_folder(tmp, final)
+
+    with accelerator.main_process_first():
+        cached = token_store.cached_folder(cache_dir(a), f"tokenizer-{token_store.fingerprint(key)}", train,
+                                           is_complete=lambda p: Path(p, "tokenizer.json").is_file(), log=accelerator.print)
+    if accelerator.is_main_process:
+        tmp = Path(a.output_dir, ".tokenizer.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(cached, tmp)
         training.replace_folder(tmp, path)
     accelerator.wait_for_everyone()
     return load_tokenizer(path)
+
+
+def get_token_store(a, tokenizer, train_docs, valid_docs, accelerator) -> token_store.TokenStore:
+    """--token_store, or the store of this corpus and tokenizer in the cache, built by the main process while the
+    others wait (and by one run while another run on the same corpus waits)."""
+    if a.token_store:
+        return token_store.TokenStore(a.token_store)
+    key = {"format": token_store.FORMAT, "train": corpus_fingerprint(a, train_docs, "train"),
+           "validation": corpus_fingerprint(a, valid_docs, "validation"),
+           "tokenizer": token_store.tokenizer_fingerprint(tokenizer), "text_column": a.text_column}
+    workers = a.preprocessing_num_workers or len(os.sched_getaffinity(0))
+
+    def build(final: Path):
+        check_text_files(a)
+        if a.streaming:
+            accelerator.print("--streaming: the stream is read once, in chunks, into a token store on disk (rows need "
+                              "the corpus's length); later runs on it read the store")
+        accelerator.print(f"tokenizing the corpus into {final} (up to {workers} processes)")
+        with training.bad_input(f"the corpus ({corpus_name(a)})"):
+            token_store.write_token_store(final, {"train": train_docs, "validation": valid_docs}, tokenizer,
+                                          text_column=a.text_column, num_proc=workers, source=key,
+                                          log=accelerator.print if accelerator.is_local_main_process else None)
+
+    with accelerator.main_process_first():
+        path = token_store.cached_folder(cache_dir(a), f"store-{token_store.fingerprint(key)}", build,
+                                         is_complete=token_store.is_token_store, log=accelerator.print)
+    return token_store.TokenStore(path)
 
 
 def build_model(a, tokenizer):
@@ -232,13 +315,13 @@ def corpus_name(a, *, validation=False) -> str:
     return f"{source}, held out by --validation_split_percentage {a.validation_split_percentage}"
 
 
-def build_data(a, tokenizer, train_docs, valid_docs, accelerator):
-    """The training stream, its collator and the fixed validation batches."""
+def build_data(a, tokenizer, store, accelerator):
+    """The training stream, its collator and the fixed validation batches, read from the token store."""
     stream_kw = dict(seq_len=a.seq_len, reuse_len=a.reuse_len, bi_data=a.bi_data, rank=accelerator.process_index,
                      world_size=accelerator.num_processes)
     with training.bad_input(f"the training corpus ({corpus_name(a)})"):
-        stream = PretrainingStream(train_docs, tokenizer, batch_size=a.per_device_train_batch_size, seed=a.seed,
-                                   text_column=a.text_column, **stream_kw)
+        stream = PretrainingStream(store.split("train"), tokenizer, batch_size=a.per_device_train_batch_size,
+                                   seed=a.seed, **stream_kw)
     collator = DataCollatorForXLNetPretraining(
         tokenizer, plm_probability=a.plm_probability, max_span_length=a.max_span_length, reuse_len=a.reuse_len,
         perm_size=a.perm_size or a.reuse_len, seed=a.seed * 1000 + accelerator.process_index)
@@ -246,8 +329,8 @@ def build_data(a, tokenizer, train_docs, valid_docs, accelerator):
     with training.bad_input(f"the validation corpus ({corpus_name(a, validation=True)}; --per_device_eval_batch_size "
                             f"{a.per_device_eval_batch_size})"):
         eval_batches = [eval_collator(b) for b in build_eval_batches(
-            valid_docs, tokenizer, batch_size=a.per_device_eval_batch_size, max_batches=a.eval_batches, seed=a.seed + 1,
-            text_column=a.text_column, **stream_kw)]
+            store.split("validation"), tokenizer, batch_size=a.per_device_eval_batch_size, max_batches=a.eval_batches,
+            seed=a.seed + 1, **stream_kw)]
     return stream, collator, eval_batches
 
 
@@ -274,15 +357,22 @@ def evaluate(model, eval_batches, accelerator, *, with_memory):
 def main(argv=None):
     a, accelerator, checkpoints, resume = training.set_up_run(PretrainingArguments, argv, check=check_args, outputs=OUTPUTS,
                                                               description=__doc__)
-    train_docs, valid_docs = load_corpus(a)
+    train_docs, valid_docs = (None, None) if a.token_store else load_corpus(a)
     tokenizer = get_tokenizer(a, train_docs, accelerator)
+    if a.prepare_only:
+        store = get_token_store(a, tokenizer, train_docs, valid_docs, accelerator)
+        accelerator.print(f"token store: {store.path} (train from it with --token_store {store.path}, or run the same "
+                          "flags again)")
+        training.end_run(accelerator)
+        return {"token_store": str(store.path), **store.meta["splits"]}
     model = build_model(a, tokenizer)
     training.crash_point("model_built")
     if resume is not None:  # before tokenizing the corpus
         training.check_resume_model(resume, training.model_fields(model), num_processes=accelerator.num_processes)
     accelerator.print(f"model: {model.num_parameters() / 1e6:.2f}M parameters, {model.config.n_layer} layers, "
                       f"d_model {model.config.d_model}; vocab {len(tokenizer)}")
-    stream, collator, eval_batches = build_data(a, tokenizer, train_docs, valid_docs, accelerator)
+    store = get_token_store(a, tokenizer, train_docs, valid_docs, accelerator)
+    stream, collator, eval_batches = build_data(a, tokenizer, store, accelerator)
     log_probs = unigram_log_probs(stream.token_counts(minlength=model.config.vocab_size), model.config.vocab_size)
     baseline = unigram_cross_entropy(log_probs, torch.cat([b["labels"].flatten() for b in eval_batches]))
     if not a.model_name_or_path:

@@ -1,5 +1,5 @@
-"""Kill-proof runs: SIGKILL at named moments of both recipes (tokenizer training and save, model building, a step,
-a checkpoint write, the metrics rewrite on resume, a metrics line, the final save, the results), each followed by
+"""Kill-proof runs: SIGKILL at named moments of both recipes (tokenizer training and save, model building, the token
+store being written, a step, a checkpoint write, the metrics rewrite on resume, a metrics line, the final save, the results), each followed by
 `--resume_from_checkpoint latest`, ends exactly where an uninterrupted run ends: the same per-step losses, a
 complete metrics history, the same final weights and results. The kills are deterministic: the process stops
 itself at a named point (xlnet_lite.training.crash_point), no wall-clock sleeps."""
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
 # In order: each run is killed at its point, the next one resumes (with the next kill), the last one finishes.
 PRETRAINING_KILLS = [
-    "tokenizer_trained", "replace:tokenizer", "model_built", "step@3", "write:metrics.jsonl", "checkpoint_state@1",
+    "tokenizer_trained", "replace:tokenizer", "model_built", "token_store_chunk", "step@3", "write:metrics.jsonl", "checkpoint_state@1",
     "checkpoint@1", "metrics_append@3", "publish@2", "write:results.json",
 ]
 FINETUNING_KILLS = ["step@2", "write:metrics.jsonl", "checkpoint@1", "metrics_append@3", "publish@1", "write:all_results.json"]
@@ -56,7 +56,10 @@ def assert_same_weights(a, b):
 
 
 def pretraining_args(corpus, out):  # noqa: F811
-    return ["--model_size", "tiny", "--train_file", corpus / "train.txt", "--validation_file", corpus / "valid.txt",
+    """Each output folder with a token store cache of its own (beside it): every run trains its tokenizer and writes
+    its store, so the kills there are reached."""
+    return ["--token_store_cache_dir", out.parent / f"{out.name}-cache",
+            "--model_size", "tiny", "--train_file", corpus / "train.txt", "--validation_file", corpus / "valid.txt",
             "--vocab_size", "300", "--tokenizer_train_documents", "40", "--seq_len", "32", "--reuse_len", "16",
             "--mem_len", "24", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
             "--eval_batches", "2", "--max_steps", "8", "--eval_steps", "4", "--logging_steps", "1",
@@ -71,6 +74,9 @@ def test_pretraining_killed_at_every_moment_ends_as_the_uninterrupted_run(corpus
     killed_then_resumed(PRETRAIN, pretraining_args(corpus, killed), killed, PRETRAINING_KILLS)
 
     assert (killed / "tokenizer" / "tokenizer.json").read_bytes() == (straight / "tokenizer" / "tokenizer.json").read_bytes()
+    cache = tmp_path / "killed-cache"
+    assert not [p.name for p in cache.glob(".*tmp*")], "a killed build left a temporary folder in the cache"
+    assert len(list(cache.glob("store-*"))) == 1
     assert history(killed) == history(straight)
     assert [s for s, r in history(killed) if "loss" in r] == list(range(1, 9))  # complete, nothing twice
     assert_same_weights(killed, straight)
@@ -106,7 +112,7 @@ def test_same_command_same_numbers_with_the_tokenizer_trained_in_the_run(corpus,
     """Pretraining twice with the same command: byte-identical tokenizer and model, identical losses."""
     outputs = []
     for name in ("a", "b"):
-        result = launch(PRETRAIN, pretraining_args(corpus, tmp_path / name)[:-1] + [tmp_path / name] + ["--max_steps", "4"])
+        result = launch(PRETRAIN, pretraining_args(corpus, tmp_path / name) + ["--max_steps", "4"])
         assert result.returncode == 0, result.stderr[-3000:]
         out = tmp_path / name
         outputs.append((history(out), (out / "model.safetensors").read_bytes(), (out / "tokenizer.json").read_bytes()))

@@ -17,10 +17,12 @@ The targets and the permutation mask are sampled later, by
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,29 +44,85 @@ def utf8_lines(path: str | os.PathLike) -> Iterator[str]:
             yield line
 
 
-def read_text_documents(path: str | os.PathLike) -> list[str]:
-    """Read a UTF-8 plain-text file in which an empty line separates documents.
+def iter_text_documents(path: str | os.PathLike) -> Iterator[str]:
+    """The documents of a UTF-8 plain-text file in which an empty line separates documents, read one at a time.
 
-    Lines of a document are joined with "\\n" (each line is treated as a sentence boundary).
+    Lines of a document are stripped and joined with "\\n" (each line is treated as a sentence boundary).
+    Raises ValueError naming the file and line where the text is not valid UTF-8.
+    """
+    current = []
+    for line in utf8_lines(path):
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            yield "\n".join(current)
+            current = []
+    if current:
+        yield "\n".join(current)
+
+
+def read_text_documents(path: str | os.PathLike) -> list[str]:
+    """All documents of a UTF-8 plain-text file (`iter_text_documents`) in a list.
 
     Raises:
         ValueError: the file is not valid UTF-8 (names the file and line), or is empty or
             holds only whitespace (names the file).
     """
-    path = Path(path)
-    documents, current = [], []
-    for line in utf8_lines(path):
-        line = line.rstrip("\r\n")
-        if line.strip():
-            current.append(line.strip())
-        elif current:
-            documents.append("\n".join(current))
-            current = []
-    if current:
-        documents.append("\n".join(current))
+    documents = list(iter_text_documents(path))
     if not documents:
-        raise ValueError(f"{path}: the file is empty or holds only whitespace; no documents to read")
+        count_text_documents(path)  # raises, naming the file
     return documents
+
+
+class TextFileDocuments:
+    """The documents of a text file (`iter_text_documents`), read lazily each time they are iterated: a corpus larger
+    than memory is never held whole.
+
+    `hold_out=p` keeps the last p percent of the documents (at least one) for validation: `part="train"` is the
+    documents before them, `part="validation"` those; the documents are counted (one pass) when the part is first
+    read.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, hold_out: float | None = None, part: str | None = None):
+        if (hold_out is None) != (part is None) or part not in (None, "train", "validation"):
+            raise ValueError("pass hold_out with part='train' or part='validation', or neither")
+        self.path, self.hold_out, self.part = Path(path), hold_out, part
+        self._range = None
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.islice(iter_text_documents(self.path), *self.document_range())
+
+    def document_range(self) -> tuple[int, int | None]:
+        """(start, stop) of this part among the file's documents (stop None: to the end)."""
+        if self._range is None:
+            if self.part is None:
+                self._range = (0, None)
+            else:
+                n = count_text_documents(self.path)
+                if n < 2:
+                    raise ValueError(f"{self.path}: needs at least two documents (one for validation), has {n}")
+                n_valid = max(1, round(n * self.hold_out / 100))
+                self._range = (0, n - n_valid) if self.part == "train" else (n - n_valid, None)
+        return self._range
+
+    def fingerprint(self) -> dict:
+        """What identifies these documents without reading them: the file (as `datasets` identifies a local data
+        file: path, size, modification time) and the part."""
+        stat = self.path.stat()
+        return {"file": str(self.path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                "hold_out": self.hold_out, "part": self.part}
+
+
+def count_text_documents(path: str | os.PathLike) -> int:
+    """How many documents `iter_text_documents` reads from the file (one pass, nothing kept).
+
+    Raises ValueError naming the file (and line) when it is not valid UTF-8 or holds no document.
+    """
+    n = sum(1 for _ in iter_text_documents(path))
+    if n == 0:
+        raise ValueError(f"{path}: the file is empty or holds only whitespace; no documents to read")
+    return n
 
 
 # A sentence ends at a line break, or at . ! ? (optionally followed by a closing quote or
@@ -149,6 +207,15 @@ def _arrow_list_column(table, name):
     return values, lengths
 
 
+class TokenArrays(NamedTuple):
+    """A corpus already laid out as one token stream: `tokens` (N token ids, any integer dtype) and
+    `sentence_starts` (sorted int64 positions in (0, N) where a sentence starts). Either may be a read-only memory
+    map (`xlnet_lite.token_store.TokenStore.split`): the streams read it in place."""
+
+    tokens: np.ndarray
+    sentence_starts: np.ndarray
+
+
 def build_token_stream(token_source, tokenizer, *, text_column: str = "text"):
     """One flat int32 token array for the corpus and the sentence boundaries in it.
 
@@ -156,9 +223,9 @@ def build_token_stream(token_source, tokenizer, *, text_column: str = "text"):
     which is a sentence of its own, as in XLNet with `use_eod`.
 
     Args:
-        token_source: the output of `tokenize_documents` (Dataset or IterableDataset, which
-            is read to the end), a list of token-id lists (one per document, no sentence
-            boundaries inside), or anything `tokenize_documents` accepts.
+        token_source: `TokenArrays` (returned as they are), the output of `tokenize_documents`
+            (Dataset or IterableDataset, which is read to the end), a list of token-id lists (one
+            per document, no sentence boundaries inside), or anything `tokenize_documents` accepts.
         tokenizer: gives the id of `<eod>`.
 
     Returns:
@@ -167,6 +234,8 @@ def build_token_stream(token_source, tokenizer, *, text_column: str = "text"):
     """
     import datasets
 
+    if isinstance(token_source, TokenArrays):
+        return token_source.tokens, token_source.sentence_starts
     eod = special_token_ids(tokenizer)["<eod>"]
     if isinstance(token_source, (datasets.Dataset, datasets.IterableDataset)):
         names = token_source.column_names
@@ -200,15 +269,32 @@ def build_token_stream(token_source, tokenizer, *, text_column: str = "text"):
 
 
 def _with_eod(flat, doc_lens, sent_lens, sents_per_doc, eod):
+    flat, sent_lens = _insert_eod(flat, doc_lens, sent_lens, sents_per_doc, eod)
+    starts = np.cumsum(sent_lens)[:-1]
+    return flat, starts.astype(np.int64)
+
+
+def _insert_eod(flat, doc_lens, sent_lens, sents_per_doc, eod):
+    """(tokens with `<eod>` after each non-empty document, the lengths of their non-empty sentences)."""
     flat = np.asarray(flat, dtype=np.int32)
     sent_lens = np.asarray(sent_lens, dtype=np.int64)
+    doc_lens = np.asarray(doc_lens, dtype=np.int64)
     keep = doc_lens > 0
     if eod is not None:
         flat = np.insert(flat, np.cumsum(doc_lens)[keep], eod)
         sent_lens = np.insert(sent_lens, np.cumsum(sents_per_doc)[keep], 1)
-    sent_lens = sent_lens[sent_lens > 0]
-    starts = np.cumsum(sent_lens)[:-1]
-    return flat.astype(np.int32, copy=False), starts.astype(np.int64)
+    return flat.astype(np.int32, copy=False), sent_lens[sent_lens > 0]
+
+
+def encode_documents(texts: Sequence[str], tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk of a corpus as `build_token_stream` lays it out: (int32 tokens of the documents in order, each
+    followed by `<eod>`; int64 lengths of their sentences). Concatenating the chunks of a corpus gives its stream."""
+    out = _tokenize_batch({"text": texts}, tokenizer=tokenizer, text_column="text")
+    ids, lengths = out["input_ids"], out["sentence_lengths"]
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32)
+    sent_lens = np.fromiter(itertools.chain.from_iterable(lengths), dtype=np.int64)
+    doc_lens, sents_per_doc = [len(d) for d in ids], [len(x) for x in lengths]
+    return _insert_eod(flat, doc_lens, sent_lens, sents_per_doc, special_token_ids(tokenizer)["<eod>"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,11 +317,40 @@ def _trim_to(a_len: int, b_len: int, tot_len: int) -> tuple[int, int]:
     return a_len - excess // 2, b_len - (excess + 1) // 2
 
 
-def split_a_and_b(bounds: np.ndarray, data_len: int, begin: int, tot_len: int, rng: np.random.Generator):
+class RowBounds:
+    """The sentence starts inside one row of the corpus, in row coordinates (0 < b < row_len), ascending.
+
+    Read from the corpus-wide `starts` in place (a memory-mapped store stays on disk: a lookup touches a few pages);
+    a reversed row (bi_data) sees `row_len - b` in ascending order. Supports len(), [k] and `searchsorted`.
+    """
+
+    def __init__(self, starts: np.ndarray, row_start: int, row_len: int, *, reversed_: bool = False):
+        i, j = np.searchsorted(starts, [row_start + 1, row_start + row_len])
+        self._starts, self._row_start, self._row_len, self._reversed = starts[i:j], row_start, row_len, reversed_
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, k: int) -> int:
+        if self._reversed:
+            return self._row_start + self._row_len - int(self._starts[len(self._starts) - 1 - k])
+        return int(self._starts[k]) - self._row_start
+
+    def searchsorted(self, x: int, side: str = "left") -> int:
+        """As np.searchsorted on the row's bounds."""
+        if not self._reversed:
+            return int(np.searchsorted(self._starts, x + self._row_start, side))
+        # reversed bound k is y_k = row_start + row_len - s[m-1-k]: y_k <= x  <=>  s >= row_start + row_len - x
+        mirror = self._row_start + self._row_len - x
+        return len(self._starts) - int(np.searchsorted(self._starts, mirror, "left" if side == "right" else "right"))
+
+
+def split_a_and_b(bounds, data_len: int, begin: int, tot_len: int, rng: np.random.Generator):
     """Choose A and B after `begin` (XLNet's `_split_a_and_b`, on sentence boundaries).
 
     Args:
-        bounds: sorted positions in (0, data_len) where a sentence starts, for this row.
+        bounds: `RowBounds`, or a sorted array of the positions in (0, data_len) where a sentence
+            starts in this row.
         data_len: length of the row.
         begin: where A starts.
         tot_len: len(A) + len(B) (seq_len - reuse_len - 3).
@@ -244,25 +359,27 @@ def split_a_and_b(bounds: np.ndarray, data_len: int, begin: int, tot_len: int, r
     Returns:
         (a_begin, a_end, b_begin, b_end, is_next): B continues A when is_next is True.
     """
-    lo = np.searchsorted(bounds, begin, side="right")
-    hi = np.searchsorted(bounds, begin + tot_len, side="left")
-    cut_points = bounds[lo:hi]
-    end_idx = int(bounds[hi]) if hi < len(bounds) else data_len
+    if not isinstance(bounds, RowBounds):
+        bounds = RowBounds(np.asarray(bounds), 0, data_len)
+    lo = bounds.searchsorted(begin, side="right")
+    hi = bounds.searchsorted(begin + tot_len, side="left")
+    n_cuts = hi - lo  # sentence starts strictly inside (begin, begin + tot_len)
+    end_idx = bounds[hi] if hi < len(bounds) else data_len
     a_begin = begin
-    if len(cut_points) == 0 or rng.random() < 0.5:
+    if n_cuts == 0 or rng.random() < 0.5:
         is_next = False
-        a_end = end_idx if len(cut_points) == 0 else int(cut_points[rng.integers(len(cut_points))])
+        a_end = end_idx if n_cuts == 0 else bounds[lo + int(rng.integers(n_cuts))]
         b_len = max(1, tot_len - (a_end - a_begin))
         b_begin = int(rng.integers(0, max(1, data_len - b_len)))
         b_end = b_begin + b_len
         # widen B to whole sentences
-        k = np.searchsorted(bounds, b_begin, side="right")
-        b_begin = int(bounds[k - 1]) if k > 0 else 0
-        k = np.searchsorted(bounds, b_end, side="left")
-        b_end = min(int(bounds[k]) if k < len(bounds) else data_len, data_len)
+        k = bounds.searchsorted(b_begin, side="right")
+        b_begin = bounds[k - 1] if k > 0 else 0
+        k = bounds.searchsorted(b_end, side="left")
+        b_end = min(bounds[k] if k < len(bounds) else data_len, data_len)
     else:
         is_next = True
-        a_end = int(cut_points[rng.integers(len(cut_points))])
+        a_end = bounds[lo + int(rng.integers(n_cuts))]
         b_begin, b_end = a_end, end_idx
     a_len, b_len = _trim_to(a_end - a_begin, b_end - b_begin, tot_len)
     return a_begin, a_begin + a_len, b_begin, b_begin + b_len, is_next
@@ -355,18 +472,15 @@ class PretrainingStream:
                 f"and there are {len(tokens)}"
             )
         self.row_len = row_len
-        first = self.rank * fwd_per_rank
-        rows, bounds = [], []
-        for r in range(first, first + fwd_per_rank):
-            lo = r * row_len
-            rows.append(tokens[lo : lo + row_len])
-            i, j = np.searchsorted(starts, [lo + 1, lo + row_len])
-            bounds.append(starts[i:j] - lo)
+        self._tokens = tokens
+        flat = tokens.view(np.ndarray) if isinstance(tokens, np.memmap) else tokens  # plain views slice faster
+        self._row_starts = [r * row_len for r in range(self.rank * fwd_per_rank, (self.rank + 1) * fwd_per_rank)]
+        # views, never copies: a memory-mapped corpus stays on disk until a window is read
+        self._rows = [flat[lo : lo + row_len] for lo in self._row_starts]
+        self._bounds = [RowBounds(starts, lo, row_len) for lo in self._row_starts]
         if self.bi_data:
-            rows += [row[::-1] for row in rows]
-            bounds += [np.sort(row_len - b) for b in bounds[:fwd_per_rank]]
-        self._rows = np.stack(rows)  # (batch_size, row_len)
-        self._bounds = bounds
+            self._rows += [row[::-1] for row in self._rows]
+            self._bounds += [RowBounds(starts, lo, row_len, reversed_=True) for lo in self._row_starts]
         self._reversed = np.arange(self.batch_size) >= fwd_per_rank if self.bi_data else np.zeros(self.batch_size, bool)
 
     @property
@@ -374,9 +488,17 @@ class PretrainingStream:
         """Batches in one pass over the rows."""
         return (self.row_len - self.seq_len) // self.advance + 1
 
-    def token_counts(self, minlength: int = 0) -> np.ndarray:
-        """How often each token id occurs in this process's rows (for unigram baselines)."""
-        return np.bincount(self._rows.ravel(), minlength=minlength)
+    def token_counts(self, minlength: int = 0, *, chunk: int = 1 << 22) -> np.ndarray:
+        """How often each token id occurs in this process's rows (for unigram baselines), read `chunk` tokens at a
+        time (a memory-mapped corpus is read with plain file reads: its pages do not stay in this process)."""
+        counts = np.zeros(minlength, dtype=np.int64)
+        for row_start in self._row_starts:
+            for lo in range(row_start, row_start + self.row_len, chunk):
+                part = np.bincount(_read_tokens(self._tokens, lo, min(lo + chunk, row_start + self.row_len)))
+                if len(part) > len(counts):
+                    counts = np.concatenate([counts, np.zeros(len(part) - len(counts), dtype=np.int64)])
+                counts[: len(part)] += part
+        return counts * 2 if self.bi_data else counts  # a reversed row holds the tokens of its forward row
 
     def _example(self, row: int, start: int) -> dict:
         data = self._rows[row]
@@ -438,6 +560,14 @@ class PretrainingStream:
             "reuse_len": self.reuse_len, "bi_data": self.bi_data, "rank": self.rank,
             "world_size": self.world_size,
         }
+
+
+def _read_tokens(tokens: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """tokens[lo:hi] as an array of its own; from a file-backed memory map by a plain read, which leaves nothing
+    mapped in this process."""
+    if isinstance(tokens, np.memmap) and tokens.filename:
+        return np.fromfile(tokens.filename, dtype=tokens.dtype, count=hi - lo, offset=tokens.offset + lo * tokens.itemsize)
+    return np.asarray(tokens[lo:hi])
 
 
 def _check_int(name: str, value, minimum: int) -> None:
