@@ -7,8 +7,11 @@
 With no flags: the `small` preset on the training text of 20 Newsgroups (without the validation and test messages of
 finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles), a Unigram tokenizer
 trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock deadline instead of
---max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of step t feed step t+1. The training machinery (flags, output folder, checkpoints, metrics, signals)
-is xlnet_lite.training, shared with finetune/run_glue.py.
+--max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of step t feed step t+1.
+The corpus is tokenized once into a memory-mapped token store (xlnet_lite.token_store) that every rank and every later
+run on the same corpus and tokenizer reads; --prepare_only builds it alone, --token_store DIR trains from one. The
+training machinery (flags, output folder, checkpoints, metrics, signals) is xlnet_lite.training, shared with
+finetune/run_glue.py.
 """
 
 import dataclasses
@@ -72,7 +75,7 @@ class PretrainingArguments(training.RecipeArguments):
     streaming: bool = field(default=False, metadata={"help": "Stream --dataset_name instead of downloading it whole (read once into the token store)."})
     token_store: str | None = field(default=None, metadata={"help": "Train from this token store (printed by --prepare_only) instead of a corpus; its tokenizer comes with it."})
     token_store_cache_dir: str | None = field(default=None, metadata={"help": "Where token stores and trained tokenizers are kept, one per corpus and tokenizer (default: $XLNET_LITE_CACHE or $HF_HOME/xlnet_lite)."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenize the corpus into the token store (default: every CPU core this process may use)."})
+    preprocessing_num_workers: int = field(default=1, metadata={"help": "Processes that tokenize the corpus into the token store. 1: this process, the tokenizers library encoding on every core (the fastest on 2 cores); more where Python's sentence splitting limits it."})
     prepare_only: bool = field(default=False, metadata={"help": "Build the token store (and train the tokenizer), print its path and exit: tokenize on CPU nodes first."})
     validation_split_percentage: float = field(default=2.0, metadata={"help": "Percent of the documents held out for validation."})
     seq_len: int = field(default=128, metadata={"help": "Tokens per sample: reuse_len + A <sep> B <sep> <cls>."})
@@ -129,7 +132,7 @@ def check_args(a: PretrainingArguments):
                         "and --tokenizer_name")
     if a.token_store and not token_store.is_token_store(Path(a.token_store)):
         problems.append(f"--token_store {a.token_store}: not a complete token store (build one with --prepare_only)")
-    if a.preprocessing_num_workers is not None and a.preprocessing_num_workers < 1:
+    if a.preprocessing_num_workers < 1:
         problems.append(f"--preprocessing_num_workers must be >= 1, got {a.preprocessing_num_workers}")
     if a.validation_file and not a.train_file:
         problems.append("--validation_file needs --train_file")
@@ -265,14 +268,14 @@ def get_token_store(a, tokenizer, train_docs, valid_docs, accelerator) -> token_
     key = {"format": token_store.FORMAT, "train": corpus_fingerprint(a, train_docs, "train"),
            "validation": corpus_fingerprint(a, valid_docs, "validation"),
            "tokenizer": token_store.tokenizer_fingerprint(tokenizer), "text_column": a.text_column}
-    workers = a.preprocessing_num_workers or len(os.sched_getaffinity(0))
+    workers = a.preprocessing_num_workers
 
     def build(final: Path):
         check_text_files(a)
         if a.streaming:
             accelerator.print("--streaming: the stream is read once, in chunks, into a token store on disk (rows need "
                               "the corpus's length); later runs on it read the store")
-        accelerator.print(f"tokenizing the corpus into {final} (up to {workers} processes)")
+        accelerator.print(f"tokenizing the corpus into {final} ({workers} process{'es' if workers > 1 else ''})")
         with training.bad_input(f"the corpus ({corpus_name(a)})"):
             token_store.write_token_store(final, {"train": train_docs, "validation": valid_docs}, tokenizer,
                                           text_column=a.text_column, num_proc=workers, source=key,

@@ -1,8 +1,8 @@
 """Kill-proof runs: SIGKILL at named moments of both recipes (tokenizer training and save, model building, the token
-store being written, a step, a checkpoint write, the metrics rewrite on resume, a metrics line, the final save, the results), each followed by
-`--resume_from_checkpoint latest`, ends exactly where an uninterrupted run ends: the same per-step losses, a
-complete metrics history, the same final weights and results. The kills are deterministic: the process stops
-itself at a named point (xlnet_lite.training.crash_point), no wall-clock sleeps."""
+store being written, a step, a checkpoint write, the metrics rewrite on resume, a metrics line, the final save, the
+results), each followed by `--resume_from_checkpoint latest`, ends exactly where an uninterrupted run ends: the same
+per-step losses, a complete metrics history, the same final weights and results. The kills are deterministic: the
+process stops itself at a named point (xlnet_lite.training.crash_point), no wall-clock sleeps."""
 
 import json
 import os

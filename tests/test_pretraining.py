@@ -1,5 +1,5 @@
 """The pretraining recipe end to end on a tiny corpus: outputs, memory across steps, exact resume, two processes,
-a fresh-environment load of the result, and flag validation."""
+a fresh-environment load of the result, the token store (built once, reused, prepared alone), and flag validation."""
 
 import json
 import math
@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
-from recipe_helpers import REPO, assert_same_losses, read_metrics, tiny_args
+from recipe_helpers import PRETRAIN, REPO, assert_same_losses, cli, one_line_error, read_metrics, tiny_args
 
 from pretrain import run_pretraining
 from xlnet_lite.training import parse_args
@@ -123,6 +123,9 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
         assert (tmp_path / "out" / name).read_bytes() == data, name
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["num_processes"] == 2
+    cache = tmp_path / "hf" / "xlnet_lite"  # one tokenizer and one store for both ranks and both runs
+    assert len(list(cache.glob("tokenizer-*"))) == 1 and len(list(cache.glob("store-*"))) == 1
+    assert "tokenizing the corpus" not in result.stdout, "the second run tokenized the corpus again"
     step = tmp_path / "out" / "checkpoints" / "step_4"
     states = [json.loads((step / f"rank{r}_state.json").read_text()) for r in (0, 1)]
     assert states[0]["stream"]["layout"]["rank"] == 0 and states[1]["stream"]["layout"]["rank"] == 1
@@ -161,8 +164,9 @@ def test_config_file_with_flag_override(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("streaming", [False, True])
-def test_dataset_name_from_a_local_folder(corpus, tmp_path, streaming):
-    """--dataset_name with a datasets-loadable folder (json lines with a text column), streamed or not."""
+def test_dataset_name_from_a_local_folder(corpus, tmp_path, streaming, capsys):
+    """--dataset_name with a datasets-loadable folder (json lines with a text column), streamed or not: read once into
+    the token store either way, the stream saying so."""
     folder = tmp_path / "news"
     folder.mkdir()
     for split, name in (("train", "train.txt"), ("validation", "valid.txt")):
@@ -174,6 +178,43 @@ def test_dataset_name_from_a_local_folder(corpus, tmp_path, streaming):
         del args[i : i + 2]
     args[args.index("--max_steps") + 1] = "3"
     args[args.index("--eval_steps") + 1] = "3"
-    args += ["--dataset_name", str(folder)] + (["--streaming"] if streaming else [])
-    results = run_pretraining.main(args)
+    args += ["--dataset_name", str(folder), "--token_store_cache_dir", str(tmp_path / "cache")]
+    results = run_pretraining.main(args + (["--streaming"] if streaming else []))
     assert results["eval_loss"] > 0 and results["corpus_tokens"] > 10_000
+    said = capsys.readouterr().out
+    assert ("--streaming: the stream is read once, in chunks, into a token store" in said) == streaming
+    assert said.count("tokenizing the corpus into") == 1
+
+
+def without_corpus_flags(args):
+    for flag in ("--train_file", "--validation_file", "--tokenizer_name"):
+        i = args.index(flag)
+        del args[i : i + 2]
+    return args
+
+
+def test_prepare_only_then_train_from_the_token_store(straight_run, corpus, tmp_path, capsys):
+    """--prepare_only builds the store (nothing trained), a second --prepare_only finds it; a run with --token_store and
+    no corpus flags trains exactly as the run that read the corpus."""
+    cache = ["--token_store_cache_dir", str(tmp_path / "cache")]
+    prepared = run_pretraining.main(tiny_args(corpus, tmp_path / "prep") + cache + ["--prepare_only"])
+    assert "tokenizing the corpus" in capsys.readouterr().out
+    assert not (tmp_path / "prep" / "model.safetensors").exists() and prepared["train"]["tokens"] > 10_000
+    again = run_pretraining.main(tiny_args(corpus, tmp_path / "prep2") + cache + ["--prepare_only"])
+    assert again["token_store"] == prepared["token_store"] and "tokenizing" not in capsys.readouterr().out
+    args = without_corpus_flags(tiny_args(corpus, tmp_path / "from_store")) + ["--token_store", prepared["token_store"]]
+    run_pretraining.main(args)
+    assert_same_losses(read_metrics(straight_run[0]), read_metrics(tmp_path / "from_store"))
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--token_store", "{tmp}/nothing"], "--token_store {tmp}/nothing: not a complete token store"),
+    (["--token_store", "{tmp}", "--train_file", "x.txt"], "--token_store holds the corpus and its tokenizer"),
+    (["--preprocessing_num_workers", "0"], "--preprocessing_num_workers must be >= 1"),
+])
+def test_a_bad_token_store_flag_is_one_line(corpus, tmp_path, extra, says):
+    args = without_corpus_flags(tiny_args(corpus, tmp_path / "out"))
+    if "--token_store" not in extra:
+        args += ["--train_file", corpus / "train.txt"]
+    extra = [e.format(tmp=tmp_path) for e in extra]
+    one_line_error(cli(PRETRAIN, *args, *extra), says.format(tmp=tmp_path))

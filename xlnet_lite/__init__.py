@@ -13,7 +13,7 @@ from transformers import (
 from .collator import DataCollatorForXLNetPretraining
 from .configuration_xlnet_lite import XLNetLiteConfig
 from .convert import from_hf_xlnet, to_hf_xlnet
-from .data import PretrainingStream, build_eval_batches, read_text_documents, tokenize_documents
+from .data import PretrainingStream, TextFileDocuments, build_eval_batches, read_text_documents, tokenize_documents
 from .modeling_xlnet_lite import (
     XLNetLiteCache,
     XLNetLiteForMultipleChoice,
@@ -25,6 +25,7 @@ from .modeling_xlnet_lite import (
     XLNetLiteModel,
     XLNetLitePreTrainedModel,
 )
+from .token_store import TokenStore, write_token_store
 from .tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
 __version__ = "0.1.0"
@@ -68,4 +69,7 @@ __all__ = [
     "build_eval_batches",
     "tokenize_documents",
     "read_text_documents",
+    "TextFileDocuments",
+    "TokenStore",
+    "write_token_store",
 ]

@@ -216,6 +216,7 @@ _WORKER_TOKENIZER = None
 
 def _init_worker(tokenizer):
     global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: the workers share the cores
     _WORKER_TOKENIZER = tokenizer
 
 

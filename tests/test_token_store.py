@@ -1,0 +1,204 @@
+"""The token store: a corpus tokenized once to memory-mapped files gives exactly the in-memory stream, is keyed by
+what made it, survives a kill while it is written, and is built once when two processes want it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import datasets
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from xlnet_lite import token_store
+from xlnet_lite.data import (
+    PretrainingStream,
+    TextFileDocuments,
+    build_eval_batches,
+    build_token_stream,
+    count_text_documents,
+)
+from xlnet_lite.tokenization_xlnet_lite import SPECIAL_TOKENS, wrap_tokenizer
+
+
+def word_tokenizer(n_words=5000):
+    """Word-level-like Unigram: "." is id 8, "!" id 9, "w<i>" id 10 + i."""
+    vocab = [(t, 0.0) for t in SPECIAL_TOKENS] + [(".", -1.0), ("!", -1.0)]
+    vocab += [(f"▁w{i}", -1.0) for i in range(n_words)]
+    backend = Tokenizer(models.Unigram(vocab, unk_id=0))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    return wrap_tokenizer(backend)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return word_tokenizer()
+
+
+def random_documents(seed, n_docs=120, n_words=5000):
+    """Documents of sentences ending in . ! or a line break, some empty."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        sentences = [" ".join(f"w{x}" for x in rng.integers(0, n_words, rng.integers(1, 12))) + str(rng.choice([".", "!", ""]))
+                     for _ in range(rng.integers(0, 6))]
+        docs.append((" " if rng.random() < 0.6 else "\n").join(sentences))
+    return docs
+
+
+def write_documents(path, docs):
+    path.write_text("\n\n".join(d for d in docs if d.strip()) + "\n", encoding="utf-8")
+    return path
+
+
+def same_batches(a: PretrainingStream, b: PretrainingStream, steps: int):
+    for _ in range(steps):
+        for x, y in zip(a.next_batch(), b.next_batch(), strict=True):
+            assert (x["input_ids"] == y["input_ids"]).all() and (x["token_type_ids"] == y["token_type_ids"]).all()
+            assert x["is_reversed"] == y["is_reversed"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
+    """Tokens and sentence starts equal build_token_stream's for a list, a text file, a Dataset and a stream, in one
+    process or in two workers over small chunks; the streams read from the store give the same batches, epochs
+    included, for bi_data and for each of two ranks, and the same token counts."""
+    docs = random_documents(seed)
+    kept = [d for d in docs if d.strip()]
+    tokens, starts = build_token_stream(kept, tokenizer)
+    file_docs = TextFileDocuments(write_documents(tmp_path / "corpus.txt", docs))
+    dataset = datasets.Dataset.from_dict({"body": kept, "other": list(range(len(kept)))})
+    sources = {"list": (kept, 1), "file": (file_docs, 1), "dataset": (dataset, 1), "stream": (dataset.to_iterable_dataset(), 1),
+               "file_two_workers": (file_docs, 2)}
+    if seed:  # the worker pool costs a few seconds: once is enough
+        sources.pop("file_two_workers")
+    for name, (source, workers) in sources.items():
+        store = token_store.write_token_store(tmp_path / name, {"train": source}, tokenizer, text_column="body",
+                                              num_proc=workers, chunk_documents=7, log=None)
+        split = store.split("train")
+        assert isinstance(split.tokens, np.memmap) and split.tokens.dtype == np.uint16, name
+        assert (np.asarray(split.tokens) == tokens).all() and (np.asarray(split.sentence_starts) == starts).all(), name
+    store = token_store.TokenStore(tmp_path / "file")
+    rng = np.random.default_rng(seed)
+    for bi_data, world_size in ((False, 1), (True, 1), (False, 2)):
+        seq_len = int(rng.choice([16, 24]))
+        kwargs = dict(batch_size=2, seq_len=seq_len, reuse_len=int(rng.integers(1, seq_len - 5)), bi_data=bi_data,
+                      seed=seed, world_size=world_size)
+        for rank in range(world_size):
+            in_memory = PretrainingStream(kept, tokenizer, rank=rank, **kwargs)
+            on_disk = PretrainingStream(store.split("train"), tokenizer, rank=rank, **kwargs)
+            assert (in_memory.token_counts(50) == on_disk.token_counts(50, chunk=13)).all()
+            same_batches(in_memory, on_disk, 2 * in_memory.steps_per_epoch + 1)
+    evals = build_eval_batches(store.split("train"), tokenizer, batch_size=2, seq_len=16, reuse_len=6)
+    assert [b[0]["input_ids"].tolist() for b in evals] == [
+        b[0]["input_ids"].tolist() for b in build_eval_batches(kept, tokenizer, batch_size=2, seq_len=16, reuse_len=6)]
+
+
+def test_a_vocabulary_over_65536_pieces_is_stored_as_int32(tmp_path):
+    big = word_tokenizer(70_000)
+    docs = ["w69990 w3. w65600 w12", "w1 w65599!"]
+    store = token_store.write_token_store(tmp_path / "s", {"train": docs}, big, log=None)
+    assert store.split("train").tokens.dtype == np.int32
+    assert np.asarray(store.split("train").tokens).tolist() == build_token_stream(docs, big)[0].tolist()
+    assert max(store.split("train").tokens) == 10 + 69990
+
+
+def test_an_incomplete_or_damaged_folder_is_not_a_store(tokenizer, tmp_path):
+    store = token_store.write_token_store(tmp_path / "s", {"train": ["w1 w2. w3", "w4"]}, tokenizer, log=None)
+    assert token_store.is_token_store(store.path)
+    with open(store.path / "train.tokens", "ab") as f:
+        f.write(b"\0\0")
+    with pytest.raises(ValueError, match="train.tokens holds 16 bytes, store.json says 14"):
+        token_store.TokenStore(store.path)
+    (store.path / "store.json").unlink()
+    assert not token_store.is_token_store(store.path)
+    with pytest.raises(ValueError, match="not a token store"):
+        token_store.TokenStore(tmp_path)
+
+
+def test_the_key_changes_with_the_corpus_and_the_tokenizer(tokenizer, tmp_path):
+    path = write_documents(tmp_path / "c.txt", ["w1 w2.", "w3"])
+    before = TextFileDocuments(path).fingerprint()
+    assert TextFileDocuments(path).fingerprint() == before
+    write_documents(path, ["w1 w2.", "w3 w4"])
+    os.utime(path, ns=(1, 2))
+    assert TextFileDocuments(path).fingerprint() != before
+    assert token_store.documents_fingerprint(["a", "b"]) != token_store.documents_fingerprint(["a", "c"])
+    assert token_store.documents_fingerprint(["ab"]) != token_store.documents_fingerprint(["a", "b"])
+    other = word_tokenizer(4999)
+    assert token_store.tokenizer_fingerprint(tokenizer) == token_store.tokenizer_fingerprint(word_tokenizer())
+    assert token_store.tokenizer_fingerprint(tokenizer) != token_store.tokenizer_fingerprint(other)
+
+
+def test_held_out_documents_of_a_file(tmp_path):
+    docs = [f"w{i} w{i + 1}." for i in range(9)]
+    path = write_documents(tmp_path / "c.txt", docs)
+    train = TextFileDocuments(path, hold_out=20, part="train")
+    valid = TextFileDocuments(path, hold_out=20, part="validation")
+    assert list(train) == docs[:7] and list(valid) == docs[7:]  # round(9 * 0.2) = 2
+    assert count_text_documents(path) == 9
+    one = write_documents(tmp_path / "one.txt", ["w1"])
+    with pytest.raises(ValueError, match="at least two documents"):
+        list(TextFileDocuments(one, hold_out=2, part="train"))
+    (tmp_path / "blank.txt").write_text("\n \n")
+    with pytest.raises(ValueError, match="empty or holds only whitespace"):
+        count_text_documents(tmp_path / "blank.txt")
+
+
+BUILD = """
+import sys
+from pathlib import Path
+from xlnet_lite import token_store
+from xlnet_lite.data import TextFileDocuments
+sys.path.insert(0, {tests!r})
+from test_token_store import word_tokenizer
+
+def build(path):
+    Path({marker!r}).write_text("built")
+    token_store.write_token_store(path, {{"train": TextFileDocuments({corpus!r})}}, word_tokenizer(), chunk_documents=5)
+
+path = token_store.cached_folder({cache!r}, "store-x", build, is_complete=token_store.is_token_store)
+print("opened", token_store.TokenStore(path).num_tokens("train"), flush=True)
+"""
+
+
+def build_script(tmp_path, name):
+    corpus = write_documents(tmp_path / "corpus.txt", random_documents(0, n_docs=60))
+    return textwrap.dedent(BUILD.format(tests=os.path.dirname(__file__), marker=str(tmp_path / f"{name}.built"),
+                                        corpus=str(corpus), cache=str(tmp_path / "cache")))
+
+
+def test_a_kill_while_the_store_is_written_leaves_nothing_a_later_run_trusts(tmp_path):
+    script = build_script(tmp_path, "first")
+    env = {**os.environ, "XLNET_LITE_CRASH_AT": "token_store_chunk@3"}
+    killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    cache = tmp_path / "cache"
+    assert not (cache / "store-x").exists() and list(cache.glob(".store-x.tmp-*")), "no partial store beside the path"
+    again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not list(cache.glob(".store-x.tmp-*")), "the next builder removes what the killed one left"
+    kept = [d for d in random_documents(0, n_docs=60) if d.strip()]
+    tokens, _ = build_token_stream(kept, word_tokenizer())
+    assert np.asarray(token_store.TokenStore(cache / "store-x").split("train").tokens).tolist() == tokens.tolist()
+
+
+def test_a_second_process_waits_for_the_store_being_built_and_builds_nothing(tmp_path):
+    """One process holds the store's lock (as a builder does); a second that wants the store says so in one line and
+    waits; once the first has written the store, the second opens it without building."""
+    script = build_script(tmp_path, "second")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with token_store._locked(cache / ".store-x.lock", waiting="", log=print):
+        waiter = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first_line = waiter.stdout.readline()
+        assert first_line.startswith(f"waiting for another process to finish {cache / 'store-x'}"), first_line
+        time.sleep(0.2)
+        assert waiter.poll() is None, "the second process did not wait"
+        token_store.write_token_store(cache / "store-x", {"train": TextFileDocuments(tmp_path / "corpus.txt")},
+                                      word_tokenizer(), log=None)
+    out, err = waiter.communicate(timeout=300)
+    assert waiter.returncode == 0, err[-2000:]
+    assert out.startswith("opened ") and not (tmp_path / "second.built").exists()
