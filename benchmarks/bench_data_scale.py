@@ -29,7 +29,8 @@ from pathlib import Path
 
 from benchmarks.environment import REPO, environment
 
-# Runs the recipe as __main__, then prints its own peak RSS and its children's (KiB, Linux) on stderr.
+# Runs the recipe as __main__, then prints its own peak RSS and its children's (KiB, Linux) and the CPU seconds of
+# both on stderr.
 WRAPPER = """
 import resource, runpy, sys
 script = sys.argv[1]
@@ -37,9 +38,9 @@ sys.argv = sys.argv[1:]
 try:
     runpy.run_path(script, run_name="__main__")
 finally:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(f"BENCH_RSS_KIB {own} {children}", file=sys.stderr, flush=True)
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    print(f"BENCH_RSS_KIB {own.ru_maxrss} {children.ru_maxrss} {cpu:.1f}", file=sys.stderr, flush=True)
 """
 
 
@@ -60,7 +61,8 @@ def make_corpus(path: Path, megabytes: float) -> dict:
 
 
 def run_recipe(args: list[str], *, cwd: Path, env: dict) -> dict:
-    """One recipe process: wall seconds, seconds to its "data:" line, peak RSS (MB) of it and of its children."""
+    """One recipe process: wall seconds, seconds to its "data:" line, peak RSS (MB) of it and of its children, CPU
+    seconds of both (over the wall seconds: the cores it kept busy)."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", WRAPPER, "pretrain/run_pretraining.py", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -78,7 +80,8 @@ def run_recipe(args: list[str], *, cwd: Path, env: dict) -> dict:
     rss = next(line.split()[1:] for line in stderr.splitlines() if line.startswith("BENCH_RSS_KIB"))
     return {"wall_seconds": round(wall, 2), "seconds_to_first_line": round(first_line_at, 2),
             "seconds_to_data_line": None if data_line_at is None else round(data_line_at, 2),
-            "peak_rss_mb": round(int(rss[0]) / 1024), "children_peak_rss_mb": round(int(rss[1]) / 1024)}
+            "peak_rss_mb": round(int(rss[0]) / 1024), "children_peak_rss_mb": round(int(rss[1]) / 1024),
+            "cpu_seconds": float(rss[2])}
 
 
 def folder_mb(path: Path) -> float:

@@ -15,6 +15,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from xlnet_lite import token_store
 from xlnet_lite.data import (
     PretrainingStream,
+    RowBounds,
+    SortedPositions,
     TextFileDocuments,
     build_eval_batches,
     build_token_stream,
@@ -94,6 +96,50 @@ def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
     evals = build_eval_batches(store.split("train"), tokenizer, batch_size=2, seq_len=16, reuse_len=6)
     assert [b[0]["input_ids"].tolist() for b in evals] == [
         b[0]["input_ids"].tolist() for b in build_eval_batches(kept, tokenizer, batch_size=2, seq_len=16, reuse_len=6)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_positions_on_disk_are_searched_as_numpy_does(tmp_path, seed):
+    """SortedPositions over a memory-mapped file (a sparse index and one block read per search) answers as
+    np.searchsorted, at block edges and beyond both ends; RowBounds over it, forward and reversed, as over the array."""
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.integers(0, 5000, int(rng.integers(1, 400)))).astype(np.int64)
+    values.tofile(tmp_path / "starts")
+    on_disk = np.memmap(tmp_path / "starts", dtype=np.int64, mode="r")
+    positions = SortedPositions(on_disk, block=int(rng.choice([1, 2, 7, 64])))
+    assert len(positions) == len(values) and [positions[i] for i in range(len(values))] == values.tolist()
+    for x in [*rng.integers(-10, 5010, 300).tolist(), *values[::5].tolist(), -1, 5001]:
+        for side in ("left", "right"):
+            assert positions.searchsorted(x, side) == np.searchsorted(values, x, side), (x, side)
+    for _ in range(20):
+        row_start, row_len = int(rng.integers(0, 4000)), int(rng.integers(2, 1500))
+        for reversed_ in (False, True):
+            disk, memory = (RowBounds(p, row_start, row_len, reversed_=reversed_) for p in (positions, values))
+            assert [disk[k] for k in range(len(disk))] == [memory[k] for k in range(len(memory))]
+            for x in rng.integers(-5, row_len + 5, 30).tolist():
+                for side in ("left", "right"):
+                    assert disk.searchsorted(x, side) == memory.searchsorted(x, side)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_reading_the_stream_leaves_no_store_pages_resident(tokenizer, tmp_path):
+    """The stream reads its windows and sentence starts with file reads: after an epoch and a half the store's
+    mappings hold no resident pages (a long run's RSS does not grow with what it has read)."""
+    store = token_store.write_token_store(tmp_path / "store", {"train": random_documents(0, n_docs=400)}, tokenizer,
+                                          log=None)
+    stream = PretrainingStream(store.split("train"), tokenizer, batch_size=4, seq_len=32, reuse_len=16, bi_data=True)
+    stream.token_counts(100)
+    for _ in range(stream.steps_per_epoch * 3 // 2):
+        stream.next_batch()
+    resident, mapping = {}, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                mapping = fields[5] if len(fields) > 5 else None
+            elif fields[0] == "Rss:" and mapping and mapping.startswith(str(tmp_path / "store")):
+                resident[mapping] = resident.get(mapping, 0) + int(fields[1])
+    assert len(resident) == 2 and set(resident.values()) == {0}, resident  # tokens and sentence ends, mapped, untouched
 
 
 def test_a_vocabulary_over_65536_pieces_is_stored_as_int32(tmp_path):

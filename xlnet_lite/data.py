@@ -18,6 +18,7 @@ The targets and the permutation mask are sampled later, by
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -336,32 +337,95 @@ def _trim_to(a_len: int, b_len: int, tot_len: int) -> tuple[int, int]:
     return a_len - excess // 2, b_len - (excess + 1) // 2
 
 
+class ArrayReader:
+    """Slices [lo, hi) of a 1-D array. A memory-mapped file (as `TokenStore.split` gives) is read with plain file
+    reads on one open file, so what a long run reads stays in the page cache, shared and reclaimable, and never piles
+    up in the resident memory of the process; any other array is sliced in place."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        on_disk = isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap)  # a slice's offset would be wrong
+        self._path = array.filename if on_disk else None
+        self._file = None
+
+    @property
+    def on_disk(self) -> bool:
+        return self._path is not None
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __call__(self, lo: int, hi: int) -> np.ndarray:
+        if self._path is None:
+            return self.array[lo:hi]
+        if self._file is None:
+            self._file = open(self._path, "rb", buffering=0)
+        size = self.array.itemsize
+        data = os.pread(self._file.fileno(), (hi - lo) * size, self.array.offset + lo * size)
+        return np.frombuffer(data, dtype=self.array.dtype)
+
+
+class SortedPositions:
+    """A sorted array of corpus positions (the sentence starts), searched in place: one on disk through an
+    in-memory index of every `block`-th value and one file read of `block` values per search."""
+
+    def __init__(self, values: np.ndarray, block: int = 512):
+        self._read, self._n, self._block = ArrayReader(values), len(values), block
+        self._index = None
+        if self._read.on_disk:
+            step = block * 4096
+            parts = [self._read(lo, min(lo + step, self._n))[::block] for lo in range(0, self._n, step)]
+            self._index = np.concatenate(parts) if parts else np.zeros(0, dtype=values.dtype)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> int:
+        return int(self._read(i, i + 1)[0])
+
+    def searchsorted(self, x: int, side: str = "left") -> int:
+        """As np.searchsorted(values, x, side)."""
+        if self._index is None:
+            return int(np.searchsorted(self._read.array, x, side))
+        b = int(np.searchsorted(self._index, x, side))  # the answer lies in ((b - 1) * block, b * block]
+        if b == 0:
+            return 0
+        lo = (b - 1) * self._block
+        return lo + int(np.searchsorted(self._read(lo, min(lo + self._block, self._n)), x, side))
+
+
 class RowBounds:
     """The sentence starts inside one row of the corpus, in row coordinates (0 < b < row_len), ascending.
 
-    Read from the corpus-wide `starts` in place (a memory-mapped store stays on disk: a lookup touches a few pages);
-    a reversed row (bi_data) sees `row_len - b` in ascending order. Supports len(), [k] and `searchsorted`.
+    Read from the corpus-wide starts in place (`SortedPositions`: a store on disk stays there); a reversed row
+    (bi_data) sees `row_len - b` in ascending order. Supports len(), [k] and `searchsorted`.
     """
 
-    def __init__(self, starts: np.ndarray, row_start: int, row_len: int, *, reversed_: bool = False):
-        i, j = np.searchsorted(starts, [row_start + 1, row_start + row_len])
-        self._starts, self._row_start, self._row_len, self._reversed = starts[i:j], row_start, row_len, reversed_
+    def __init__(self, starts, row_start: int, row_len: int, *, reversed_: bool = False):
+        self._starts = starts if isinstance(starts, SortedPositions) else SortedPositions(np.asarray(starts))
+        self._i = self._starts.searchsorted(row_start + 1)
+        self._len = self._starts.searchsorted(row_start + row_len) - self._i
+        self._row_start, self._row_len, self._reversed = row_start, row_len, reversed_
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return self._len
 
     def __getitem__(self, k: int) -> int:
         if self._reversed:
-            return self._row_start + self._row_len - int(self._starts[len(self._starts) - 1 - k])
-        return int(self._starts[k]) - self._row_start
+            return self._row_start + self._row_len - self._starts[self._i + self._len - 1 - k]
+        return self._starts[self._i + k] - self._row_start
+
+    def _local(self, x: int, side: str) -> int:
+        """np.searchsorted on this row's slice of the corpus-wide starts."""
+        return min(max(self._starts.searchsorted(x, side) - self._i, 0), self._len)
 
     def searchsorted(self, x: int, side: str = "left") -> int:
         """As np.searchsorted on the row's bounds."""
         if not self._reversed:
-            return int(np.searchsorted(self._starts, x + self._row_start, side))
+            return self._local(x + self._row_start, side)
         # reversed bound k is y_k = row_start + row_len - s[m-1-k]: y_k <= x  <=>  s >= row_start + row_len - x
         mirror = self._row_start + self._row_len - x
-        return len(self._starts) - int(np.searchsorted(self._starts, mirror, "left" if side == "right" else "right"))
+        return self._len - self._local(mirror, "left" if side == "right" else "right")
 
 
 def split_a_and_b(bounds, data_len: int, begin: int, tot_len: int, rng: np.random.Generator):
@@ -493,15 +557,13 @@ class PretrainingStream:
                 f"and there are {len(tokens)}"
             )
         self.row_len = row_len
-        self._tokens = tokens
-        flat = tokens.view(np.ndarray) if isinstance(tokens, np.memmap) else tokens  # plain views slice faster
+        # read in place, window by window: a corpus on disk stays there
+        self._read = ArrayReader(tokens)
+        positions = SortedPositions(starts)
         self._row_starts = [r * row_len for r in range(self.rank * fwd_per_rank, (self.rank + 1) * fwd_per_rank)]
-        # views, never copies: a memory-mapped corpus stays on disk until a window is read
-        self._rows = [flat[lo : lo + row_len] for lo in self._row_starts]
-        self._bounds = [RowBounds(starts, lo, row_len) for lo in self._row_starts]
+        self._bounds = [RowBounds(positions, lo, row_len) for lo in self._row_starts]
         if self.bi_data:
-            self._rows += [row[::-1] for row in self._rows]
-            self._bounds += [RowBounds(starts, lo, row_len, reversed_=True) for lo in self._row_starts]
+            self._bounds += [RowBounds(positions, lo, row_len, reversed_=True) for lo in self._row_starts]
         self._reversed = np.arange(self.batch_size) >= fwd_per_rank if self.bi_data else np.zeros(self.batch_size, bool)
 
     @property
@@ -509,30 +571,37 @@ class PretrainingStream:
         """Batches in one pass over the rows."""
         return (self.row_len - self.seq_len) // self.advance + 1
 
-    def token_counts(self, minlength: int = 0, *, chunk: int = 1 << 22) -> np.ndarray:
+    def token_counts(self, minlength: int = 0, *, chunk: int = 1 << 20) -> np.ndarray:
         """How often each token id occurs in this process's rows (for unigram baselines), read `chunk` tokens at a
-        time (a memory-mapped corpus is read with plain file reads: its pages do not stay in this process)."""
+        time."""
         counts = np.zeros(minlength, dtype=np.int64)
         for row_start in self._row_starts:
             for lo in range(row_start, row_start + self.row_len, chunk):
-                part = np.bincount(_read_tokens(self._tokens, lo, min(lo + chunk, row_start + self.row_len)))
+                part = np.bincount(self._read(lo, min(lo + chunk, row_start + self.row_len)))
                 if len(part) > len(counts):
                     counts = np.concatenate([counts, np.zeros(len(part) - len(counts), dtype=np.int64)])
                 counts[: len(part)] += part
         return counts * 2 if self.bi_data else counts  # a reversed row holds the tokens of its forward row
 
+    def _window(self, row: int, lo: int, hi: int) -> np.ndarray:
+        """Tokens [lo, hi) of row `row` (a reversed row, bi_data, reads its forward row backwards)."""
+        fwd = len(self._row_starts)
+        if row < fwd:
+            return self._read(self._row_starts[row] + lo, self._row_starts[row] + hi)
+        end = self._row_starts[row - fwd] + self.row_len
+        return self._read(end - hi, end - lo)[::-1]
+
     def _example(self, row: int, start: int) -> dict:
-        data = self._rows[row]
         begin = start + self.reuse_len
         tot_len = self.seq_len - self.reuse_len - 3
         a0, a1, b0, b1, _ = split_a_and_b(self._bounds[row], self.row_len, begin, tot_len, self._rng)
         input_ids = np.empty(self.seq_len, dtype=np.int64)
-        input_ids[:begin - start] = data[start:begin]
+        input_ids[:begin - start] = self._window(row, start, begin)
         k = begin - start
-        input_ids[k : k + a1 - a0] = data[a0:a1]
+        input_ids[k : k + a1 - a0] = self._window(row, a0, a1)
         k += a1 - a0
         input_ids[k] = self.sep_id
-        input_ids[k + 1 : k + 1 + b1 - b0] = data[b0:b1]
+        input_ids[k + 1 : k + 1 + b1 - b0] = self._window(row, b0, b1)
         input_ids[-2], input_ids[-1] = self.sep_id, self.cls_id
         token_type_ids = np.zeros(self.seq_len, dtype=np.int64)
         token_type_ids[k + 1 : -1] = 1
@@ -581,14 +650,6 @@ class PretrainingStream:
             "reuse_len": self.reuse_len, "bi_data": self.bi_data, "rank": self.rank,
             "world_size": self.world_size,
         }
-
-
-def _read_tokens(tokens: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """tokens[lo:hi] as an array of its own; from a file-backed memory map by a plain read, which leaves nothing
-    mapped in this process."""
-    if isinstance(tokens, np.memmap) and tokens.filename:
-        return np.fromfile(tokens.filename, dtype=tokens.dtype, count=hi - lo, offset=tokens.offset + lo * tokens.itemsize)
-    return np.asarray(tokens[lo:hi])
 
 
 def _check_int(name: str, value, minimum: int) -> None:

@@ -128,8 +128,9 @@ class TokenStore:
             raise ValueError(f"{self.path}: the token store has no split {name!r} (has {self.splits})")
         info = self.meta["splits"][name]
         tokens = _memmap(self.path / f"{name}.tokens", self.dtype, info["tokens"])
-        ends = _memmap(self.path / f"{name}.sentence_ends", np.int64, info["sentences"])
-        return TokenArrays(tokens, ends[: max(0, info["sentences"] - 1)])
+        # the last end is the corpus's end: the starts are the ends before it, mapped as they are (not sliced)
+        starts = _memmap(self.path / f"{name}.sentence_ends", np.int64, max(0, info["sentences"] - 1))
+        return TokenArrays(tokens, starts)
 
     def tokenizer(self):
         """The tokenizer that made the tokens."""
