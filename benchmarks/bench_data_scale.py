@@ -139,6 +139,7 @@ def main(argv=None):
     if args.old_commit:
         old_repo = work / "old_repo"
         shutil.rmtree(old_repo, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=True)  # a worktree left by a killed run
         subprocess.run(["git", "worktree", "add", "--detach", str(old_repo), args.old_commit], cwd=REPO, check=True)
     results = {"environment": environment(), "command": "python -m benchmarks.bench_data_scale " + " ".join(argv or sys.argv[1:]),
                "old_commit": args.old_commit, "sizes": []}
