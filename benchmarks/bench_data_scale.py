@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,16 +65,18 @@ def run_recipe(args: list[str], *, cwd: Path, env: dict) -> dict:
     """One recipe process: wall seconds, seconds to its "data:" line, peak RSS (MB) of it and of its children, CPU
     seconds of both (over the wall seconds: the cores it kept busy)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", WRAPPER, "pretrain/run_pretraining.py", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first_line_at, data_line_at, lines = None, None, []
-    for line in proc.stdout:
-        lines.append(line)
-        first_line_at = first_line_at or time.perf_counter() - start
-        if data_line_at is None and line.startswith("data:"):
-            data_line_at = time.perf_counter() - start
-    stderr = proc.stderr.read()
-    proc.wait()
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: progress bars would fill a pipe nobody reads yet
+        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, "pretrain/run_pretraining.py", *args], cwd=cwd,
+                                env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        first_line_at, data_line_at, lines = None, None, []
+        for line in proc.stdout:
+            lines.append(line)
+            first_line_at = first_line_at or time.perf_counter() - start
+            if data_line_at is None and line.startswith("data:"):
+                data_line_at = time.perf_counter() - start
+        proc.wait()
+        err.seek(0)
+        stderr = err.read()
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{args}: exit {proc.returncode}\n{''.join(lines)[-2000:]}\n{stderr[-3000:]}")
