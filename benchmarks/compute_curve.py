@@ -1,0 +1,114 @@
+"""What pretraining compute buys on 20 Newsgroups: the gain of the pretrained model over random initialisation and
+over TF-IDF, against the pretraining tokens and FLOPs, one line per number of labelled documents per group.
+
+    python -m benchmarks.compute_curve benchmarks/results/newsgroups_pt*_*.json \
+        --out benchmarks/results/compute_curve.json --plot benchmarks/results/compute_curve.png
+
+Reads result files of `benchmarks.bench_newsgroups`. Each file gives, per number of labels, the pretrained arm (its
+pretraining's steps and tokens come with it) and possibly the random-init arm and TF-IDF; a file run with `--arms
+pretrained` takes its random-init reference from another file with the same labels and finetuning flags (the random
+arm depends only on the architecture, the tokenizer and those flags, not on the pretraining), also from the files
+given with --reference, which add no points. FLOPs are the usual
+estimate, 6 x parameters x tokens. Only pretrainings with the recipe's default objective and schedule belong on
+one curve: pass those files only.
+"""
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def load_points(paths, reference_paths=()):
+    files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
+    references = {}  # (labels, finetune flags) -> random-init arm and TF-IDF
+    for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
+        for labels, arms in data["summary"].items():
+            key = (labels, data["finetune_flags"])
+            for arm in ("random_init", "tfidf"):
+                if arm in arms:
+                    references.setdefault(key, {})[arm] = arms[arm]
+    points = []
+    for path, data in files:
+        pretraining = data["pretraining_results"]
+        for labels, arms in data["summary"].items():
+            if "pretrained" not in arms:
+                continue
+            ref = references.get((labels, data["finetune_flags"]), {})
+            if "random_init" not in ref:
+                raise SystemExit(f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
+                                 f"{data['finetune_flags']!r} in any file given")
+            p, r = arms["pretrained"]["test_accuracy"], ref["random_init"]["test_accuracy"]
+            tfidf = ref.get("tfidf", {}).get("test_accuracy")
+            points.append({
+                "labels_per_class": labels, "finetune_flags": data["finetune_flags"], "file": path,
+                "pretraining_steps": pretraining["steps"], "pretraining_tokens": pretraining["train_tokens_seen"],
+                "pretraining_flops": 6 * pretraining["parameters"] * pretraining["train_tokens_seen"],
+                "pretraining_minutes": round(pretraining["train_seconds"] / 60, 1),
+                "pretraining_precision": pretraining.get("mixed_precision"),
+                "eval_loss_minus_unigram": pretraining["eval_loss"] - pretraining["unigram_baseline_loss"],
+                "pretrained": p["mean"], "pretrained_std": p["std"], "seeds": p["n"],
+                "random_init": r["mean"], "random_init_std": r["std"], "tfidf": tfidf,
+                "gain_over_random_init": p["mean"] - r["mean"],
+                "gain_std": math.hypot(p["std"], r["std"]),
+                "gain_over_tfidf": None if tfidf is None else p["mean"] - tfidf,
+            })
+    return sorted(points, key=lambda q: (_labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
+
+
+def _labels_key(labels):
+    return math.inf if labels == "all" else int(labels)
+
+
+def plot(points, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
+        line = [q for q in points if q["labels_per_class"] == labels]
+        x = [q["pretraining_tokens"] / 1e6 for q in line]
+        shown = ax.errorbar(x, [100 * q["gain_over_random_init"] for q in line],
+                            yerr=[100 * q["gain_std"] for q in line], marker="o", capsize=3,
+                            label=f"{labels} labels/group: pretrained - random init")
+        if all(q["gain_over_tfidf"] is not None for q in line):
+            ax.plot(x, [100 * q["gain_over_tfidf"] for q in line], ls="--", marker="x", color=shown[0].get_color(),
+                    label=f"{labels} labels/group: pretrained - TF-IDF")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("pretraining tokens (millions; small preset, 6 x 5.5M x tokens FLOPs)")
+    ax.set_ylabel("test accuracy difference (points)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", nargs="+", help="bench_newsgroups result files")
+    parser.add_argument("--reference", nargs="+", default=[],
+                        help="Result files read for their random-init and TF-IDF arms only (e.g. another objective's).")
+    parser.add_argument("--out", default=None, help="Write the points as JSON here.")
+    parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
+    args = parser.parse_args(argv)
+    points = load_points(args.results, args.reference)
+    print("| labels/group | steps | tokens | FLOPs | pretrained | random init | gain | TF-IDF | vs TF-IDF |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for q in points:
+        tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
+        print(f"| {q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
+              f"{q['pretraining_flops']:.1e} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
+              f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
+              f"{tfidf or ' | '} |")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + " ".join(
+            argv if argv is not None else __import__("sys").argv[1:]), "points": points}, indent=2) + "\n")
+    if args.plot:
+        plot(points, args.plot)
+
+
+if __name__ == "__main__":
+    main()
