@@ -65,8 +65,10 @@ def plot(points, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
+    x_all = [q["pretraining_tokens"] / 1e6 for q in points]
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
         line = [q for q in points if q["labels_per_class"] == labels]
         x = [q["pretraining_tokens"] / 1e6 for q in line]
@@ -78,6 +80,9 @@ def plot(points, path):
                     label=f"{labels} labels/group: pretrained - TF-IDF")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
+    ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("pretraining tokens (millions; small preset, 6 x 5.5M x tokens FLOPs)")
     ax.set_ylabel("test accuracy difference (points)")
     ax.legend(fontsize=7)
@@ -95,12 +100,14 @@ def main(argv=None):
     parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
     points = load_points(args.results, args.reference)
-    print("| labels/group | steps | tokens | FLOPs | pretrained | random init | gain | TF-IDF | vs TF-IDF |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | pretrained | random init | gain | TF-IDF "
+          "| vs TF-IDF |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
         print(f"| {q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
-              f"{q['pretraining_flops']:.1e} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
+              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({q['pretraining_precision']}) | "
+              f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
               f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
               f"{tfidf or ' | '} |")
     if args.out:
