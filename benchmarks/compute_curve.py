@@ -16,6 +16,7 @@ one curve: pass those files only.
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 
@@ -112,7 +113,7 @@ def main(argv=None):
               f"{tfidf or ' | '} |")
     if args.out:
         Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + " ".join(
-            argv if argv is not None else __import__("sys").argv[1:]), "points": points}, indent=2) + "\n")
+            argv if argv is not None else sys.argv[1:]), "points": points}, indent=2) + "\n")
     if args.plot:
         plot(points, args.plot)
 

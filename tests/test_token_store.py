@@ -18,11 +18,13 @@ from xlnet_lite.data import (
     RowBounds,
     SortedPositions,
     TextFileDocuments,
+    _encode_without_special_tokens,
     build_eval_batches,
     build_token_stream,
     count_text_documents,
+    split_sentences,
 )
-from xlnet_lite.tokenization_xlnet_lite import SPECIAL_TOKENS, wrap_tokenizer
+from xlnet_lite.tokenization_xlnet_lite import SPECIAL_TOKENS, train_tokenizer, wrap_tokenizer
 
 
 def word_tokenizer(n_words=5000):
@@ -96,6 +98,20 @@ def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
     evals = build_eval_batches(store.split("train"), tokenizer, batch_size=2, seq_len=16, reuse_len=6)
     assert [b[0]["input_ids"].tolist() for b in evals] == [
         b[0]["input_ids"].tolist() for b in build_eval_batches(kept, tokenizer, batch_size=2, seq_len=16, reuse_len=6)]
+
+
+def test_sentences_are_encoded_as_the_tokenizer_call_encodes_them(tokenizer):
+    """The direct batch encoding through the tokenizers library gives tokenizer(texts, add_special_tokens=False)'s
+    ids, for a trained Unigram tokenizer (normalizer, Metaspace) and for one with truncation set (which takes the
+    tokenizer call itself)."""
+    texts = [s for d in random_documents(3, n_docs=60) for s in split_sentences(d)]
+    texts += ["Café, naïve!  Tabs\tand   spaces.", "ünïcödé «quotes» — dash", "x" * 300]
+    trained = train_tokenizer(texts + ["the café was naïve and the story was long"] * 3, vocab_size=300)
+    truncating = word_tokenizer()
+    truncating.backend_tokenizer.enable_truncation(max_length=4)
+    for tok in (tokenizer, trained, truncating):
+        assert _encode_without_special_tokens(tok, texts) == tok(texts, add_special_tokens=False)["input_ids"]
+    assert _encode_without_special_tokens(tokenizer, []) == []
 
 
 @pytest.mark.parametrize("seed", range(6))

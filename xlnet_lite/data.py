@@ -136,15 +136,21 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text.strip()) if s]
 
 
+def _encode_sentences(texts, tokenizer) -> tuple[list[int], list[list[int]]]:
+    """Each text split into sentences (`split_sentences`), every sentence encoded without special tokens: (the number
+    of sentences of each text, the token ids of all sentences in order)."""
+    sentences_per_doc = [split_sentences(text or "") for text in texts]
+    flat = [s for doc in sentences_per_doc for s in doc]
+    return [len(doc) for doc in sentences_per_doc], _encode_without_special_tokens(tokenizer, flat)
+
+
 def _tokenize_batch(batch, *, tokenizer, text_column):
     ids, lengths = [], []
-    sentences_per_doc = [split_sentences(text or "") for text in batch[text_column]]
-    flat = [s for doc in sentences_per_doc for s in doc]
-    encoded = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+    sentences_per_doc, encoded = _encode_sentences(batch[text_column], tokenizer)
     k = 0
-    for doc in sentences_per_doc:
-        pieces = [e for e in encoded[k : k + len(doc)] if e]
-        k += len(doc)
+    for n in sentences_per_doc:
+        pieces = [e for e in encoded[k : k + n] if e]
+        k += n
         if pieces:
             ids.append([t for p in pieces for t in p])
             lengths.append([len(p) for p in pieces])
@@ -291,13 +297,13 @@ def encode_documents(texts: Sequence[str], tokenizer) -> tuple[np.ndarray, np.nd
     """One chunk of a corpus as `build_token_stream` lays it out: (int32 tokens of the documents in order, each
     followed by `<eod>`; int64 lengths of their sentences). Concatenating the chunks of a corpus gives its stream.
 
-    Same pieces as `tokenize_documents` (empty sentences and documents dropped), with fewer Python objects on the way.
+    Same pieces as `tokenize_documents` (`_encode_sentences`; empty sentences and documents dropped), with fewer
+    Python objects on the way.
     """
-    sentences_per_doc = [split_sentences(text or "") for text in texts]
-    encoded = _encode_without_special_tokens(tokenizer, [s for doc in sentences_per_doc for s in doc])
+    sentences_per_doc, encoded = _encode_sentences(texts, tokenizer)
     sent_lens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     tokens = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(sent_lens.sum()))
-    doc_of_sentence = np.repeat(np.arange(len(texts)), [len(doc) for doc in sentences_per_doc])
+    doc_of_sentence = np.repeat(np.arange(len(texts)), sentences_per_doc)
     keep = sent_lens > 0
     sent_lens, doc_of_sentence = sent_lens[keep], doc_of_sentence[keep]
     doc_lens = np.bincount(doc_of_sentence, weights=sent_lens, minlength=len(texts)).astype(np.int64)
@@ -351,9 +357,6 @@ class ArrayReader:
     @property
     def on_disk(self) -> bool:
         return self._path is not None
-
-    def __len__(self) -> int:
-        return len(self.array)
 
     def __call__(self, lo: int, hi: int) -> np.ndarray:
         if self._path is None:
