@@ -95,7 +95,8 @@ def plot(summary, path):
     import matplotlib.pyplot as plt
 
     budgets = list(summary)
-    x = [11293 / 20 if b == "all" else b for b in budgets]  # the full training split, per class
+    # "all": the training split without its validation messages, per group
+    x = [summary[b]["tfidf"]["train_examples"] / 20 if b == "all" else b for b in budgets]
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (("pretrained", "XLNet-Lite, pretrained"), ("random_init", "same, random init"),
                        ("tfidf", "TF-IDF + LR")):

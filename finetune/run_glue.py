@@ -49,7 +49,7 @@ from xlnet_lite.classification_data import (
     tokenize_split,
 )
 from xlnet_lite.glue_metrics import GLUE_TASKS, file_metrics, glue_metrics, primary_metric
-from xlnet_lite.model_utils import PRETRAINING_ONLY_FIELDS, load_model, model_from_config, read_segments
+from xlnet_lite.model_utils import PRETRAINING_ONLY_FIELDS, load_model, model_from_config, read_segments, reinit_top_layers
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 from xlnet_lite import training
 
@@ -85,6 +85,7 @@ class FinetuneArguments(training.RecipeArguments):
     mems_backprop: Literal["last", "all"] = field(default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all."})
     dropout: float = field(default=0.1, metadata={"help": "Dropout while finetuning, set on the loaded config (XLNet finetunes with 0.1)."})
     summary_type: Literal["last", "mean"] | None = field(default=None, metadata={"help": "Pooling, set on the loaded config: last (<cls>, XLNet's) or mean (of the real tokens); default: the model's."})
+    reinit_layers: int = field(default=0, metadata={"help": "Draw the top N layers of the pretrained model afresh before finetuning (N = n_layer keeps only the embeddings)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the checkpoint's folder / Hub repo."})
     # optimisation (defaults differ from pretraining)
     output_dir: str = field(default="outputs/finetune", metadata={"help": "Best model, tokenizer, results, metrics, plot, checkpoints/."})
@@ -100,6 +101,7 @@ class FinetuneArguments(training.RecipeArguments):
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
         "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
+        "reinit_layers",
     )
 
 
@@ -119,6 +121,11 @@ def check_args(a: FinetuneArguments):
         problems.append(f"--max_seq_length must be at least 3 (text, <sep>, <cls>), got {a.max_seq_length}")
     if a.max_train_samples_per_class is not None and a.max_train_samples_per_class < 1:
         problems.append(f"--max_train_samples_per_class must be >= 1, got {a.max_train_samples_per_class}")
+    if a.reinit_layers < 0:
+        problems.append(f"--reinit_layers must be >= 0, got {a.reinit_layers}")
+    if a.reinit_layers and a.config_name:
+        problems.append("--reinit_layers re-initialises layers of a pretrained model (--model_name_or_path); "
+                        "--config_name starts from random initialisation already")
     if a.layerwise_lr_decay <= 0:
         problems.append(f"--layerwise_lr_decay must be > 0, got {a.layerwise_lr_decay}")
     if not 0 <= a.dropout < 1:
@@ -156,6 +163,9 @@ def load_model_and_tokenizer(a, labels: Labels, train_source):
         config = AutoConfig.from_pretrained(path, **remote)
         kwargs = {**checkpoint_label_kwargs(config, labels, path, train_source), **head_kwargs(a)}
         model = load_model(path, cls, **remote, **kwargs)
+        if a.reinit_layers > model.config.n_layer:
+            raise training.RecipeError(f"--reinit_layers {a.reinit_layers}: {path} has {model.config.n_layer} layers")
+        reinit_top_layers(model, a.reinit_layers)
     if len(tokenizer) > model.config.vocab_size:
         raise training.RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
     if a.mem_len is not None:

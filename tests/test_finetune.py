@@ -17,10 +17,12 @@ from accelerate import Accelerator
 import xlnet_lite
 from xlnet_lite import glue_metrics
 from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSampler
+from xlnet_lite.model_utils import reinit_top_layers
 from xlnet_lite.training import parameter_groups
 
 from finetune import run_glue
-from recipe_helpers import BAD, CLASSIFIER_TINY as TINY, GOOD, REPO as ROOT, run, sentiment_rows, write_rows
+from recipe_helpers import (BAD, CLASSIFIER_TINY as TINY, FINETUNE, GOOD, REPO as ROOT, cli, one_line_error, run,
+                            sentiment_rows, write_rows)
 
 pytestmark = [pytest.mark.recipes, pytest.mark.usefixtures("one_thread")]  # the recipes end to end, on one thread
 
@@ -163,6 +165,50 @@ def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
     assert wd_of[id(named["transformer.layer.0.ff.layer_1.bias"])] == 0.0
     assert wd_of[id(named["transformer.layer.0.ff.layer_1.weight"])] == 0.01
     assert sum(len(g["params"]) for g in groups) == len(named)
+
+
+@pytest.mark.parametrize("untie_r", [True, False])
+def test_reinit_top_layers_redraws_those_layers_only(untie_r):
+    torch.manual_seed(0)
+    model = xlnet_lite.XLNetLiteForSequenceClassification(
+        xlnet_lite.XLNetLiteConfig(vocab_size=60, untie_r=untie_r, **{**TINY, "n_layer": 3}))
+    with torch.no_grad():  # every tensor away from its initial value (zero biases, LayerNorms at 1 and 0)
+        for param in model.parameters():
+            param.add_(0.5)
+    before = {name: param.detach().clone() for name, param in model.named_parameters()}
+    reinit_top_layers(model, 0)
+    assert all(torch.equal(before[name], param) for name, param in model.named_parameters())
+    reinit_top_layers(model, 2)
+    for name, param in model.named_parameters():
+        redrawn = name.startswith(("transformer.layer.1.", "transformer.layer.2."))
+        assert torch.equal(before[name], param) != redrawn, name
+        if redrawn and ("layer_norm" in name or name.endswith(".bias")):
+            assert torch.all(param == (1.0 if name.endswith("layer_norm.weight") else 0.0)), name
+        elif redrawn and param.dim() == 2 and param.numel() > 500:
+            assert abs(param.std().item() - model.config.initializer_range) < 0.005, name
+    with pytest.raises(ValueError, match="n_layer=3"):
+        reinit_top_layers(model, 4)
+
+
+def test_finetuning_with_reinit_layers(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--reinit_layers", "2",
+                       epochs=1)
+    assert "eval_accuracy" in results and (out / "model.safetensors").is_file()
+    assert json.loads((out / "run_args.json").read_text())["reinit_layers"] == 2
+
+
+@pytest.mark.parametrize("extra,says", [(["--reinit_layers", "3"], "has 2 layers"),
+                                        (["--reinit_layers", "-1"], "must be >= 0"),
+                                        (["--reinit_layers", "1", "--config_name", "CONFIG"], "--config_name")])
+def test_bad_reinit_layers_is_one_line(tmp_path, pretrained, extra, says):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    init = [] if "--config_name" in extra else ["--model_name_or_path", pretrained]
+    extra = [str(pretrained) if x == "CONFIG" else x for x in extra]
+    result = cli(FINETUNE, *init, *extra, "--train_file", train, "--output_dir", tmp_path / "out",
+                 env={"HF_HOME": str(tmp_path / "hf")})
+    one_line_error(result, "--reinit_layers", says)
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_converted_transformers_xlnet_checkpoint(tmp_path, pretrained):

@@ -130,3 +130,60 @@ def test_the_comparison_table(tmp_path):
     assert table["pretrained"]["learning_rate"] == 3e-4 and table["random_init"]["learning_rate"] == 1e-3
     assert table["pretraining_gain_points"] == 2.0 and table["pretrained_minus_tfidf_points"] == -8.0
     assert table["pretraining"]["steps"] == 600 and table["test_examples"] == 7528
+
+
+def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flags=""):
+    """A result file of benchmarks.bench_newsgroups with the given test accuracies (3 seeds each)."""
+    def arm(values):
+        mean = sum(values) / len(values)
+        std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        return {"learning_rate": 3e-4, "test_accuracy": {"mean": mean, "std": std, "n": len(values), "values": values}}
+
+    path.write_text(json.dumps({
+        "environment": {"cpu": "a test CPU"}, "finetune_flags": flags,
+        "pretraining_results": {"steps": steps, "train_tokens_seen": steps * 2048, "parameters": 5_480_000,
+                                "train_seconds": steps / 6, "mixed_precision": "bf16", "eval_loss": 4.4,
+                                "unigram_baseline_loss": 6.6},
+        "summary": {labels: {"pretrained": arm(pretrained), "random_init": arm(random_init),
+                             "tfidf": {"test_accuracy": tfidf, "train_examples": 10185}}}}))
+    return path
+
+
+def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
+    from benchmarks import label_efficiency
+
+    files = [bench_file(tmp_path / "all.json", "all", [0.70, 0.72, 0.71], [0.68, 0.69, 0.70], 0.85, flags="-e 4"),
+             bench_file(tmp_path / "20.json", "20", [0.45, 0.46, 0.44], [0.38, 0.39, 0.37], 0.57)]
+    label_efficiency.main([*map(str, files), "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
+    table = capsys.readouterr().out
+    assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 |" in table
+    assert "| all | -e 4 | 0.710 ± 0.010 | 0.690 ± 0.010 | +2.0 | 0.850 | -14.0 |" in table
+    assert table.index("| 20 |") < table.index("| all |")  # ordered by labels, "all" last
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [r["labels_per_class"] for r in rows] == ["20", "all"] and (tmp_path / "t.png").stat().st_size > 1000
+
+    other = bench_file(tmp_path / "other.json", "50", [0.5] * 3, [0.4] * 3, 0.6, steps=600)
+    with pytest.raises(SystemExit, match="one pretraining per table"):
+        label_efficiency.main([str(files[0]), str(other)])
+    with pytest.raises(SystemExit, match="same number of labels"):
+        label_efficiency.main([str(files[0]), str(files[0])])
+
+
+def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
+    from benchmarks import compute_curve
+
+    long = bench_file(tmp_path / "long.json", "50", [0.52, 0.50, 0.54], [0.48, 0.47, 0.49], 0.68)
+    short = json.loads(bench_file(tmp_path / "short.json", "50", [0.26, 0.25, 0.27], [0.0] * 3, 0.0, steps=600).read_text())
+    del short["summary"]["50"]["random_init"], short["summary"]["50"]["tfidf"]  # a --arms pretrained run
+    (tmp_path / "short.json").write_text(json.dumps(short))
+    compute_curve.main([str(tmp_path / "short.json"), str(long), "--out", str(tmp_path / "c.json")])
+    points = json.loads((tmp_path / "c.json").read_text())["points"]
+    assert [p["pretraining_steps"] for p in points] == [600, 5940]
+    assert [round(100 * p["gain_over_random_init"], 1) for p in points] == [-22.0, 4.0]
+    assert points[0]["random_init"] == points[1]["random_init"] == pytest.approx(0.48)
+    other_flags = bench_file(tmp_path / "flags.json", "50", [0.3] * 3, [0.0] * 3, 0.0, steps=600, flags="-e 2")
+    data = json.loads(other_flags.read_text())
+    del data["summary"]["50"]["random_init"]
+    other_flags.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="no random-init arm"):
+        compute_curve.main([str(other_flags), str(long)])

@@ -1,5 +1,5 @@
-"""Model details the recipes share: size presets, one loader for every kind of checkpoint, the unigram start of
-the LM head, and reading a long input as consecutive segments with the Transformer-XL memory."""
+"""Model details the recipes share: size presets, one loader for every kind of checkpoint, re-initialising the top
+layers, the unigram start of the LM head, and reading a long input as consecutive segments with the Transformer-XL memory."""
 
 from __future__ import annotations
 
@@ -36,6 +36,18 @@ def model_from_config(name_or_path, model_class, *, trust_remote_code=False, **k
     if config.model_type == "xlnet":
         return from_hf_xlnet(hf_class(model_class)(config))
     return model_class(config)
+
+
+def reinit_top_layers(model, n: int):
+    """Draw the top `n` Transformer layers of `model` (an XLNet-Lite model with `.transformer`) afresh from its
+    initialiser, keeping the embeddings and the layers below: the re-initialisation of Zhang et al. (2021), "Revisiting
+    Few-sample BERT Fine-tuning", for finetuning on few labels. n = n_layer keeps only the word embeddings (and, with
+    untie_r False, the relative-attention biases shared by all layers)."""
+    layers = model.transformer.layer
+    if not 0 <= n <= len(layers):
+        raise ValueError(f"n must be in [0, n_layer={len(layers)}], got {n}")
+    for layer in layers[len(layers) - n:]:
+        layer.apply(model._init_weights)
 
 
 def unigram_log_probs(token_counts, vocab_size):
