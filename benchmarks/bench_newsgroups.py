@@ -10,7 +10,8 @@ Every run is the real command (`accelerate launch finetune/run_glue.py --embedde
 recipe's defaults except the learning rate, the seed and `--max_train_samples_per_class`; --finetune_flags adds
 flags to every run (the same for both arms). The test accuracy of a run is that of its best epoch on validation;
 test scores never choose anything. Each finished run is written to --runs_dir at once and reused when the command
-runs again (delete the folder to start over), so a killed benchmark loses at most the run in flight.
+runs again (delete the folder to start over), so a killed benchmark loses at most the run in flight; TF-IDF rows
+are kept the same way in a `tfidf` folder beside --runs_dir.
 """
 
 import argparse
@@ -82,10 +83,18 @@ def run_arm(args, arm, budget):
             "test_accuracy": mean_std([r["test_accuracy"] for r in runs])}
 
 
-def tfidf_row(splits, budget):
+def tfidf_row(args, splits, budget):
+    """TF-IDF + logistic regression on the same labelled messages, cached beside the runs folders (it depends on the
+    data and the number of labels only)."""
+    path = Path(args.runs_dir).parent / "tfidf" / f"newsgroups_{budget}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
     if budget != "all":
         splits = dict(splits, train=first_per_class(splits["train"], budget))
-    return tfidf_baseline(splits)
+    row = tfidf_baseline(splits)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, row)
+    return row
 
 
 def plot(summary, path):
@@ -136,7 +145,7 @@ def main(argv=None):
     summary = {}
     for budget in args.labels_per_class:
         summary[budget] = {arm: run_arm(args, arm, budget) for arm in args.arms}
-        summary[budget]["tfidf"] = tfidf_row(splits, budget)
+        summary[budget]["tfidf"] = tfidf_row(args, splits, budget)
         row = summary[budget]
         print(json.dumps({"labels_per_class": budget, **{k: row[k]["test_accuracy"] for k in row}}), flush=True)
     results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),
