@@ -1,7 +1,8 @@
 """Label efficiency on 20 Newsgroups: test accuracy of the pretrained model, of random initialisation and of TF-IDF
 against the number of labelled documents per group, one pretraining (same recipe and steps) across the files.
 
-    python -m benchmarks.label_efficiency benchmarks/results/newsgroups_pt5940_{20pc_16ep,50pc_8ep,100pc_8ep,all_4ep}.json \
+    python -m benchmarks.label_efficiency benchmarks/results/newsgroups_pt5940_{20pc_16ep,50pc_8ep,100pc_8ep}.json \
+        benchmarks/results/newsgroups_zen5_pt5940_all_3ep.json \
         --out benchmarks/results/label_efficiency.json --plot benchmarks/results/label_efficiency.png
 
 Reads result files of `benchmarks.bench_newsgroups` (each may hold several label counts and its own finetuning
@@ -47,15 +48,15 @@ def main(argv=None):
     rows, pretraining = load_rows(args.results)
     print(f"pretraining: {pretraining['steps']:,} steps, {pretraining['train_tokens_seen'] / 1e6:.1f}M tokens, "
           f"{pretraining['parameters'] / 1e6:.2f}M parameters")
-    print("| labels/group | finetuning | pretrained | random init | gain | TF-IDF | pretrained vs TF-IDF |")
-    print("|---|---|---|---|---|---|---|")
+    print("| labels/group | finetuning | pretrained | random init | gain | TF-IDF | pretrained vs TF-IDF | CPU |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         p, q, t = (r["pretrained"]["test_accuracy"], r["random_init"]["test_accuracy"],
                    r["tfidf"]["test_accuracy"])
         r["gain_over_random_init"], r["gain_over_tfidf"] = p["mean"] - q["mean"], p["mean"] - t
         print(f"| {r['labels_per_class']} | {r['finetune_flags'] or 'defaults'} | {p['mean']:.3f} ± {p['std']:.3f} | "
               f"{q['mean']:.3f} ± {q['std']:.3f} | {100 * r['gain_over_random_init']:+.1f} | {t:.3f} | "
-              f"{100 * r['gain_over_tfidf']:+.1f} |")
+              f"{100 * r['gain_over_tfidf']:+.1f} | {r['machine']} |")
     if args.out:
         Path(args.out).write_text(json.dumps({
             "command": "python -m benchmarks.label_efficiency " + " ".join(argv if argv is not None else sys.argv[1:]),

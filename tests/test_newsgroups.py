@@ -156,8 +156,8 @@ def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
              bench_file(tmp_path / "20.json", "20", [0.45, 0.46, 0.44], [0.38, 0.39, 0.37], 0.57)]
     label_efficiency.main([*map(str, files), "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
     table = capsys.readouterr().out
-    assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 |" in table
-    assert "| all | -e 4 | 0.710 ± 0.010 | 0.690 ± 0.010 | +2.0 | 0.850 | -14.0 |" in table
+    assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 | a test CPU |" in table
+    assert "| all | -e 4 | 0.710 ± 0.010 | 0.690 ± 0.010 | +2.0 | 0.850 | -14.0 | a test CPU |" in table
     assert table.index("| 20 |") < table.index("| all |")  # ordered by labels, "all" last
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     assert [r["labels_per_class"] for r in rows] == ["20", "all"] and (tmp_path / "t.png").stat().st_size > 1000
@@ -187,3 +187,20 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
     other_flags.write_text(json.dumps(data))
     with pytest.raises(SystemExit, match="no random-init arm"):
         compute_curve.main([str(other_flags), str(long)])
+
+
+def test_the_embedding_probe_sees_a_shared_direction():
+    import torch
+
+    from benchmarks.probe_embeddings import embedding_stats
+
+    torch.manual_seed(0)
+    isotropic = torch.randn(4000, 64)
+    shared = isotropic + torch.ones(64)  # the same vector, as long as a token's own (8), added to every token
+    line = isotropic.clone()
+    line[:, 0] *= 10  # one direction with most of the variance
+    a, b, c = embedding_stats(isotropic), embedding_stats(shared), embedding_stats(line)
+    assert abs(a["mean_pair_cosine"]) < 0.01 and a["top1_variance_share"] < 2.5 / 64 and a["mean_vector_norm"] < 0.3
+    assert 0.4 < b["mean_pair_cosine"] < 0.6 and b["mean_vector_norm"] == pytest.approx(8, abs=0.3)
+    assert b["top1_variance_share"] == pytest.approx(a["top1_variance_share"], rel=1e-3)  # centred: the shift is not a component
+    assert c["top1_variance_share"] > 0.6 and abs(c["mean_pair_cosine"]) < 0.02
