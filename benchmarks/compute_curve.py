@@ -43,6 +43,8 @@ def load_points(paths, reference_paths=()):
             tfidf = ref.get("tfidf", {}).get("test_accuracy")
             points.append({
                 "labels_per_class": labels, "finetune_flags": data["finetune_flags"], "file": path,
+                "machine": data.get("environment", {}).get("cpu"),
+                "train_examples": ref.get("tfidf", {}).get("train_examples"),
                 "pretraining_steps": pretraining["steps"], "pretraining_tokens": pretraining["train_tokens_seen"],
                 "pretraining_flops": 6 * pretraining["parameters"] * pretraining["train_tokens_seen"],
                 "pretraining_minutes": round(pretraining["train_seconds"] / 60, 1),

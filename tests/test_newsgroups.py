@@ -154,15 +154,21 @@ def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
 
     files = [bench_file(tmp_path / "all.json", "all", [0.70, 0.72, 0.71], [0.68, 0.69, 0.70], 0.85, flags="-e 4"),
              bench_file(tmp_path / "20.json", "20", [0.45, 0.46, 0.44], [0.38, 0.39, 0.37], 0.57)]
-    label_efficiency.main([*map(str, files), "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
+    only_pretrained = json.loads(bench_file(tmp_path / "50.json", "50", [0.52, 0.50, 0.54], [0] * 3, 0).read_text())
+    del only_pretrained["summary"]["50"]["random_init"], only_pretrained["summary"]["50"]["tfidf"]
+    (tmp_path / "50.json").write_text(json.dumps(only_pretrained))
+    reference = bench_file(tmp_path / "ref.json", "50", [0.3] * 3, [0.48, 0.47, 0.49], 0.68, steps=1500)
+    label_efficiency.main([*map(str, files), str(tmp_path / "50.json"), "--reference", str(reference),
+                           "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
     table = capsys.readouterr().out
     assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 | a test CPU |" in table
+    assert "| 50 | defaults | 0.520 ± 0.020 | 0.480 ± 0.010 | +4.0 | 0.680 | -16.0 | a test CPU |" in table
     assert "| all | -e 4 | 0.710 ± 0.010 | 0.690 ± 0.010 | +2.0 | 0.850 | -14.0 | a test CPU |" in table
-    assert table.index("| 20 |") < table.index("| all |")  # ordered by labels, "all" last
-    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
-    assert [r["labels_per_class"] for r in rows] == ["20", "all"] and (tmp_path / "t.png").stat().st_size > 1000
+    assert table.index("| 20 |") < table.index("| 50 |") < table.index("| all |")  # by labels, "all" last
+    points = json.loads((tmp_path / "t.json").read_text())["points"]
+    assert [p["labels_per_class"] for p in points] == ["20", "50", "all"] and (tmp_path / "t.png").stat().st_size > 1000
 
-    other = bench_file(tmp_path / "other.json", "50", [0.5] * 3, [0.4] * 3, 0.6, steps=600)
+    other = bench_file(tmp_path / "other.json", "100", [0.5] * 3, [0.4] * 3, 0.6, steps=600)
     with pytest.raises(SystemExit, match="one pretraining per table"):
         label_efficiency.main([str(files[0]), str(other)])
     with pytest.raises(SystemExit, match="same number of labels"):
