@@ -116,6 +116,8 @@ def plot(summary, path):
         stds = [summary[b][key]["test_accuracy"]["std"] if key != "tfidf" else 0 for b in budgets]
         ax.errorbar(x, means, yerr=stds, marker="o", capsize=3, label=label)
     ax.set_xscale("log")
+    ax.set_xticks(x, [f"all ({v:.0f})" if b == "all" else str(b) for b, v in zip(budgets, x)])
+    ax.minorticks_off()
     ax.set_xlabel("labelled documents per class")
     ax.set_ylabel("20 Newsgroups test accuracy")
     ax.legend()

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.bench_newsgroups import plot as plot_summary
 from benchmarks.compute_curve import _labels_key, load_points
 
 
@@ -32,26 +33,12 @@ def one_pretraining(points):
 
 
 def plot(points, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = [q["train_examples"] / 20 if q["labels_per_class"] == "all" else int(q["labels_per_class"]) for q in points]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label in (("pretrained", "XLNet-Lite, pretrained"), ("random_init", "same, random init"),
-                       ("tfidf", "TF-IDF + LR")):
-        ax.errorbar(x, [q[key] for q in points], yerr=[q.get(f"{key}_std", 0) for q in points], marker="o",
-                    capsize=3, label=label)
-    ax.set_xscale("log")
-    ax.set_xticks(x, [f"all ({v:.0f})" if q["labels_per_class"] == "all" else str(v) for q, v in zip(points, x)])
-    ax.minorticks_off()
-    ax.set_xlabel("labelled messages per group")
-    ax.set_ylabel("20 Newsgroups test accuracy")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    """bench_newsgroups' plot of one summary, from the points."""
+    summary = {(q["labels_per_class"] if q["labels_per_class"] == "all" else int(q["labels_per_class"])): {
+        "pretrained": {"test_accuracy": {"mean": q["pretrained"], "std": q["pretrained_std"]}},
+        "random_init": {"test_accuracy": {"mean": q["random_init"], "std": q["random_init_std"]}},
+        "tfidf": {"test_accuracy": q["tfidf"], "train_examples": q["train_examples"]}} for q in points}
+    plot_summary(summary, path)
 
 
 def main(argv=None):
