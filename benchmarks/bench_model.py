@@ -13,10 +13,12 @@ every run), these variants:
     lite_eager_fp32  XLNet-Lite, eager attention, fp32
     lite_sdpa_fp32   XLNet-Lite, scaled_dot_product_attention, fp32
     lite_compiled_fp32  XLNet-Lite, SDPA, torch.compile(model, fullgraph=True, dynamic=False) (inductor)
+    lite_eager_compiled_fp32  XLNet-Lite, eager attention, compiled the same way (what --torch_compile runs on CPU)
     hf_bf16          transformers under torch.autocast("cpu", dtype=torch.bfloat16)
     lite_eager_bf16  XLNet-Lite, eager attention, under the same autocast
     lite_sdpa_bf16   XLNet-Lite, SDPA, under the same autocast
     lite_compiled_bf16  XLNet-Lite, SDPA, compiled, under the same autocast
+    lite_eager_compiled_bf16  XLNet-Lite, eager attention, compiled, under the same autocast
 
 Configs: "reference" (the issue's reference shapes), "small" (the pretraining recipe's default: the small preset,
 B 16, T 128, P 22, a full 96-token memory), "large". --precisions auto (the default) runs the bf16 rows only on a CPU
@@ -53,8 +55,9 @@ The collator (xlnet_lite.collator.DataCollatorForXLNetPretraining, if present) i
 tokens (synthetic ids with XLNet's `A <sep> B <sep> <cls>` layout, a synthetic 8000-piece vocabulary) as a
 fraction of a training step.
 
---profile runs torch.profiler over training steps of XLNet-Lite (sdpa, fp32) and transformers (fp32) at the
-reference config and prints the top ops by self CPU time.
+--profile runs torch.profiler over training steps of XLNet-Lite (the explicit kernel, the CPU default) and
+transformers at the reference config, fp32 and (on a CPU with bf16 units) bf16 autocast, and prints the top ops by
+self CPU time.
 
 Not a test: never run it in CI. Step times on a shared machine are noisy; read medians, not single runs.
 """
@@ -102,14 +105,17 @@ VARIANTS = {
     "lite_eager_fp32": ("lite", "eager", None, False),
     "lite_sdpa_fp32": ("lite", "sdpa", None, False),
     "lite_compiled_fp32": ("lite", "sdpa", None, True),
+    "lite_eager_compiled_fp32": ("lite", "eager", None, True),
     "hf_bf16": ("hf", None, torch.bfloat16, False),
     "lite_eager_bf16": ("lite", "eager", torch.bfloat16, False),
     "lite_sdpa_bf16": ("lite", "sdpa", torch.bfloat16, False),
     "lite_compiled_bf16": ("lite", "sdpa", torch.bfloat16, True),
+    "lite_eager_compiled_bf16": ("lite", "eager", torch.bfloat16, True),
 }
 BASELINE = "hf_fp32"
-SAME_PRECISION_BASELINE = {"lite_eager_bf16": "hf_bf16", "lite_sdpa_bf16": "hf_bf16", "lite_compiled_bf16": "hf_bf16"}
-EAGER_TWIN = {"lite_compiled_fp32": "lite_sdpa_fp32", "lite_compiled_bf16": "lite_sdpa_bf16"}  # same FLOPs
+SAME_PRECISION_BASELINE = {n: "hf_bf16" for n in VARIANTS if n.startswith("lite_") and n.endswith("_bf16")}
+EAGER_TWIN = {"lite_compiled_fp32": "lite_sdpa_fp32", "lite_compiled_bf16": "lite_sdpa_bf16",  # same FLOPs
+              "lite_eager_compiled_fp32": "lite_eager_fp32", "lite_eager_compiled_bf16": "lite_eager_bf16"}
 MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "reuse_len")
 
 
@@ -559,7 +565,7 @@ def run_config(args, name, names):
 def print_table(name, cfg, rows, collator):
     print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, d_model {cfg['d_model']}, "
           f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32")
-    head = (f"{'variant':<18} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
+    head = (f"{'variant':<24} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
             f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10} {'ceiling':>7}")
     print(head)
     print("-" * len(head))
@@ -567,7 +573,7 @@ def print_table(name, cfg, rows, collator):
         mem = (r["memory"] or {}).get("peak_delta")
         mem_s = f"{mem / 2**20:8.0f}" if mem is not None else f"{'n/a':>8}"
         mem_x = f"{r['memory_ratio_vs_hf_fp32']:6.2f}" if "memory_ratio_vs_hf_fp32" in r else f"{'':>6}"
-        print(f"{n:<18} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
+        print(f"{n:<24} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
               f"{r['infer_tokens_per_s']:15.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} "
               f"{r['classify_tokens_per_s']:14.0f} {r['classify_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
               f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}% "
@@ -601,7 +607,8 @@ def profile_steps(args):
     from torch.profiler import ProfilerActivity, profile
 
     cfg = CONFIGS["reference"]
-    _, _, _, _, variants = build_variants(cfg, ["lite_sdpa_fp32", "hf_fp32"])
+    names = ["lite_eager_fp32", "hf_fp32"] + ([] if bf16_emulated() else ["lite_eager_bf16", "hf_bf16"])
+    _, _, _, _, variants = build_variants(cfg, names)
     report = {}
     for name, v in variants.items():
         for _ in range(3):

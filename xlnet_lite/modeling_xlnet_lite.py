@@ -361,6 +361,16 @@ class Dropout(nn.Module):
 # Layers
 
 
+def matmul_operand(x):
+    """x as autocast would hand it to a matmul (its lower-precision dtype for an fp32 tensor; x itself otherwise).
+    A tensor several matmuls read (a layer's input: queries, keys, values) is cast once, not once per matmul, and
+    its gradient is cast back once."""
+    device = x.device.type
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(device):
+        return x.to(torch.get_autocast_dtype(device))
+    return x
+
+
 class XLNetLiteRelativeAttention(nn.Module):
     """Relative multi-head attention; one core serves the content stream and the query stream."""
 
@@ -387,24 +397,24 @@ class XLNetLiteRelativeAttention(nn.Module):
         """(1 or 2, R, H) sinusoids -> (1 or 2, N, D, R) projected positional keys."""
         return self.project(pos_emb, self.r).permute(0, 2, 3, 1)
 
-    def keys(self, h, mem, ai, *, cache):
+    def keys(self, x, ai, *, cache):
         """Keys and values of one layer, shared by both streams.
 
-        Returns k (B, N, K, D + C) with the C one-hot segment dims of the keys appended (C = 0 without
-        segments), v (B, N, K, D) and the transposed positional keys kr (B or 1, N, D, R). With a generation
-        cache the memory's keys and values were projected when they were written: only h's T rows are projected.
+        x: the layer's input as the matmuls read it (matmul_operand): (B, K, H) memory and current segment, or
+        with a generation cache only the current segment's (B, T, H), the memory's keys and values having been
+        projected when they were written. Returns k (B, N, K, D + C) with the C one-hot segment dims of the keys
+        appended (C = 0 without segments), v (B, N, K, D) and the transposed positional keys kr (B or 1, N, D, R).
         """
         if cache is None:
-            cat = h if mem is None else torch.cat([mem, h], dim=1)  # (B, K, H)
-            k = self.project(cat, self.k).transpose(1, 2)  # (B, N, K, D)
-            v = self.project(cat, self.v).transpose(1, 2)  # (B, N, K, D)
+            k = self.project(x, self.k).transpose(1, 2)  # (B, N, K, D)
+            v = self.project(x, self.v).transpose(1, 2)  # (B, N, K, D)
             kr = self.positional_keys(ai.pos_emb)  # (1 or 2, N, D, R)
         else:
-            k_new = self.project(h, self.k).transpose(1, 2)  # (B, N, T, D)
-            k, v = cache.update(self.layer_idx, k_new, self.project(h, self.v).transpose(1, 2))  # (B, N, K, D)
+            k_new = self.project(x, self.k).transpose(1, 2)  # (B, N, T, D)
+            k, v = cache.update(self.layer_idx, k_new, self.project(x, self.v).transpose(1, 2))  # (B, N, K, D)
             kr = cache.relative_keys(self.layer_idx, klen=k.shape[2], num_positions=ai.num_positions)
         if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
-            kr = kr.repeat_interleave(h.shape[0] // 2, dim=0)  # (B, N, D, R)
+            kr = kr.repeat_interleave(x.shape[0] // 2, dim=0)  # (B, N, D, R)
         if ai.seg_classes:
             same_k = F.one_hot(ai.seg_keys, ai.seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)
             k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
@@ -460,14 +470,16 @@ class XLNetLiteRelativeAttention(nn.Module):
         """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None (or the generation cache instead).
         Returns h, g, (prob_h, prob_g); with content=False the content stream is skipped (h returned unchanged),
         for the last layer of a model whose output is the query stream."""
-        keys = self.keys(h, mem, ai, cache=cache)
-        core = dict(biases=biases, seg_classes=ai.seg_classes, seg_keys=ai.seg_keys, qlen=h.shape[1], eager=eager)
+        T = h.shape[1]
+        x = matmul_operand(h if mem is None or cache is not None else torch.cat([mem, h], dim=1))  # (B, K or T, H)
+        keys = self.keys(x, ai, cache=cache)
+        core = dict(biases=biases, seg_classes=ai.seg_classes, seg_keys=ai.seg_keys, qlen=T, eager=eager)
         if ai.fused_query and content:
             return self.fused_streams(h, g, keys, ai, core)
         out_h, prob_h = h, None
         if content:
             vec_h, prob_h = self.attend(
-                self.project(h, self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None,
+                self.project(x[:, x.shape[1] - T:], self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None,
                 query_pos=None, **core,
             )
             out_h = self.post_attention(h, vec_h)
