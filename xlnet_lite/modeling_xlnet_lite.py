@@ -478,8 +478,9 @@ class XLNetLiteRelativeAttention(nn.Module):
             return self.fused_streams(h, g, keys, ai, core)
         out_h, prob_h = h, None
         if content:
+            rows = x if x.shape[1] == T else x.split([x.shape[1] - T, T], dim=1)[1]  # the current segment's
             vec_h, prob_h = self.attend(
-                self.project(x[:, x.shape[1] - T:], self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None,
+                self.project(rows, self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None,
                 query_pos=None, **core,
             )
             out_h = self.post_attention(h, vec_h)
@@ -504,7 +505,8 @@ class XLNetLiteRelativeAttention(nn.Module):
         )
         out = self.post_attention(hg, vec)  # (B, T + 1, H)
         probs = (None, None) if prob is None else (prob[:, :, :T], prob[:, :, T:])
-        return out[:, :T], out[:, T:], probs
+        out_h, out_g = out.split([T, out.shape[1] - T], dim=1)  # split, not slices: one backward pass (a cat)
+        return out_h, out_g, probs
 
 
 def positional_term(q, kr, *, qlen, klen, query_pos):
@@ -551,7 +553,8 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
         if not content:
             return h, self.ff(g), probs
         both = self.ff(torch.cat([h, g], dim=1))  # (B, T + P, H): the position-wise FF reads its weights once
-        return both[:, :h.shape[1]], both[:, h.shape[1]:], probs
+        out_h, out_g = both.split([h.shape[1], g.shape[1]], dim=1)  # split's backward is one cat, slices' two scatters
+        return out_h, out_g, probs
 
 
 # ----------------------------------------------------------------------------------------------------------
