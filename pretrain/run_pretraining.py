@@ -95,6 +95,7 @@ class PretrainingArguments(training.RecipeArguments):
     eval_steps: int = field(default=250, metadata={"help": "Evaluate every N steps (and at the end)."})
     eval_batches: int = field(default=16, metadata={"help": "Validation batches per evaluation."})
 
+    STATIC_SHAPES = True  # B x seq_len batches, a memory of mem_len from the second step on
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size", "tokenizer_train_documents",
         "dropout", "train_file", "validation_file", "embedded_corpus", "dataset_name", "dataset_config_name", "text_column",

@@ -1,14 +1,17 @@
 """torch.compile(fullgraph=True): a training step on pretraining and classification inputs compiles as one graph, with
 no recompilation between steps of equal shapes, and computes what eager mode computes."""
 
+import importlib
+
 import pytest
 import torch
 import torch._dynamo
+from accelerate.state import AcceleratorState
 from model_helpers import TINY, randomise
 
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
-from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel
+from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel, training
 
 B, T, P = 4, 10, 3
 
@@ -113,3 +116,18 @@ def test_eager_checks_still_refuse_bad_data():
     model, _ = twin_models(XLNetLiteLMHeadModel, "sdpa")
     with pytest.raises(ValueError, match="token_type_ids must be segment ids >= 0"):
         model(torch.zeros(1, 4, dtype=torch.long), token_type_ids=torch.full((1, 4), -1))
+
+
+@pytest.mark.parametrize("recipe, dynamic", [("pretrain.run_pretraining.PretrainingArguments", False),
+                                             ("finetune.run_glue.FinetuneArguments", None)])
+def test_torch_compile_flag_compiles_static_shapes_where_every_batch_has_one_shape(recipe, dynamic):
+    """--torch_compile: the pretraining recipe's batches all have one shape (a memory from the second step on), so it
+    compiles static graphs; finetuning pads each batch to its longest text, so it lets torch.compile go dynamic."""
+    module, cls = recipe.rsplit(".", 1)
+    args = getattr(importlib.import_module(module), cls)(torch_compile=True, mixed_precision="no")
+    AcceleratorState._reset_state(True)
+    try:
+        plugin = training.make_accelerator(args).state.dynamo_plugin
+        assert plugin.backend.value.lower() == "inductor" and plugin.dynamic is dynamic
+    finally:
+        AcceleratorState._reset_state(True)

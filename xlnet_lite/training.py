@@ -79,7 +79,9 @@ class RecipeArguments:
         "help": "auto: bf16 where the CPU has AMX or AVX512-BF16 or the GPU supports bf16, fp32 elsewhere; a precision "
                 "given to `accelerate launch` (--mixed_precision or its config) is used instead. no, bf16 or fp16 here "
                 "win over both.", "choices": list(PRECISIONS)})
-    torch_compile: bool = field(default=False, metadata={"help": "Compile the model with torch.compile (inductor)."})
+    torch_compile: bool = field(default=False, metadata={
+        "help": "Compile the model with torch.compile (inductor): the first steps take about a minute more, the rest "
+                "run faster (benchmarks/RESULTS.md, model speed)."})
     skip_nonfinite: bool = field(default=False, metadata={"help": "Skip optimizer steps whose loss is NaN/inf (default: stop)."})
     logging_steps: int = field(default=10, metadata={"help": "Write a metrics.jsonl record every N optimizer steps."})
     checkpointing_steps: int = field(default=500, metadata={"help": "Save a checkpoint every N optimizer steps (0: only on signals and at epoch ends)."})
@@ -92,6 +94,9 @@ class RecipeArguments:
 
     # Flags that must be equal to resume a run (a recipe lists its own; these are the core's).
     RESUME_MUST_MATCH = ("seed", "per_device_train_batch_size", "gradient_accumulation_steps")
+    # every training batch of the recipe has one shape: --torch_compile builds static graphs (dynamic=False), which
+    # run faster than the dynamic-shape graph torch.compile switches to once a second shape (a memory) appears
+    STATIC_SHAPES = False
     # Flags that never make a run different (where it is, how it reports).
     NOT_PART_OF_THE_RUN = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "logging_steps",
                            "checkpointing_steps", "save_total_limit", "with_tracking", "report_to", "push_to_hub",
@@ -747,6 +752,7 @@ class _DropSharedTensorNote(logging.Filter):
 
 def make_accelerator(a: RecipeArguments):
     from accelerate import Accelerator
+    from accelerate.utils import TorchDynamoPlugin
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
     device_type = launch_device_type()
@@ -755,7 +761,7 @@ def make_accelerator(a: RecipeArguments):
     if a.with_tracking:
         kwargs.update(log_with=a.report_to, project_dir=a.output_dir)
     if a.torch_compile:
-        kwargs["dynamo_backend"] = "inductor"
+        kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=False if a.STATIC_SHAPES else None)
     accelerator = Accelerator(**kwargs)
     accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
     if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
