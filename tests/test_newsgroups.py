@@ -210,3 +210,41 @@ def test_the_embedding_probe_sees_a_shared_direction():
     assert 0.4 < b["mean_pair_cosine"] < 0.6 and b["mean_vector_norm"] == pytest.approx(8, abs=0.3)
     assert b["top1_variance_share"] == pytest.approx(a["top1_variance_share"], rel=1e-3)  # centred: the shift is not a component
     assert c["top1_variance_share"] > 0.6 and abs(c["mean_pair_cosine"]) < 0.02
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 31, 32, 33, 100])
+def test_the_document_windows_are_the_parts_a_classifier_reads(n):
+    from benchmarks.probe_document_window import window_ids
+
+    ids = list(range(n))
+    first, last, with_memory, whole = (window_ids(ids, w, max_seq_length=16, mem_len=6) for w in
+                                       ("first", "last_segment", "last_segment_and_memory", "whole"))
+    assert first == ids[:16] and whole == ids
+    assert 1 <= len(last) <= 16 and last == ids[len(ids) - len(last):] and (len(ids) - len(last)) % 16 == 0
+    assert with_memory[-len(last):] == last and len(with_memory) == min(n, len(last) + 6)
+    if n <= 16:
+        assert first == last == with_memory == ids
+
+
+def test_the_document_window_probe_finds_the_class_where_it_is(fake_wheel, tmp_path):
+    """Each message opens with its group's word and goes on with shared words: TF-IDF on the first tokens finds the
+    group, on the last segment it is at chance."""
+    from benchmarks import probe_document_window
+    from xlnet_lite import train_tokenizer
+
+    rng = random.Random(1)
+    shared = "the a of and river stone light market city green slow quick north south music paper glass".split()
+
+    def message(i):
+        return f"{['orbit', 'engine', 'pixel'][i % 3]} " + " ".join(rng.choices(shared, k=60))
+    train = [(GROUPS[i % 3], message(i)) for i in range(300)]
+    test = [(GROUPS[i % 3], message(i)) for i in range(60)]
+    write_tab(tmp_path / "20newsgroups-train.tab", train)
+    write_tab(tmp_path / "20newsgroups-test.tab", test)
+    train_tokenizer([t for _, t in train], vocab_size=60).save_pretrained(tmp_path / "tok")
+    report = probe_document_window.main(["--tokenizer", str(tmp_path / "tok"), "--labels_per_class", "40",
+                                         "--windows", "first", "last_segment", "--max_seq_length", "16",
+                                         "--out", str(tmp_path / "windows.json")])
+    assert report["windows"]["first"]["test_accuracy"] == 1.0
+    assert report["windows"]["last_segment"]["test_accuracy"] < 0.6
+    assert json.loads((tmp_path / "windows.json").read_text())["train_examples"] == 120
