@@ -159,6 +159,8 @@ def make_hf_mems(hf, cfg, seed=1):
 
 
 class Variant:
+    device_type = "cpu"  # of the autocast (benchmarks/bench_gpu.py moves variants to the GPU)
+
     def __init__(self, name, model, batch, mems, autocast_dtype, compiled=False):
         self.name, self.model, self.autocast_dtype = name, model, autocast_dtype
         self.forward = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
@@ -171,7 +173,7 @@ class Variant:
     def autocast(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast("cpu", dtype=self.autocast_dtype)
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
     def forward_backward(self):
         with self.autocast():

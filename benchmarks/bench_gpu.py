@@ -1,0 +1,164 @@
+"""XLNet-Lite against transformers' XLNet on a CUDA GPU: training tokens/s, step memory and MFU, in bf16 autocast.
+
+    python -m benchmarks.bench_gpu [--config base small] [--runs 10] [--no-compile]
+                                   [--out benchmarks/results/gpu/model.json]
+
+Configs: "base" is XLNet-base's layout (d_model 768, 12 layers, 12 heads, d_inner 3072, vocab 32,000) at XLNet's
+pretraining shapes (B 32, T 512, reuse_len 256, a full 384-token memory, P 85 = T/6, dropout 0.1); "small" is
+benchmarks/bench_model.py's (the pretraining recipe's preset and shapes). The variants are bench_model's bf16 ones,
+built the same way (same weights, batch and memory) and moved to the GPU: transformers under torch.autocast("cuda",
+bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; both compiled (torch.compile(fullgraph=True,
+dynamic=False); the first step, compilation included, is reported apart).
+
+A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
+--runs runs after --warmup, the variants alternating (the order rotating every run). Memory: the most the CUDA
+allocator held during a training step above what it held before the step (activations, gradients, temporaries;
+the weights and AdamW state of every variant stay resident and are left out), torch.cuda.max_memory_allocated.
+MFU: the step's matmul FLOPs (torch.utils.flop_counter, a compiled variant charged its eager twin's) / median step
+time / the bf16 matmul peak measured at the start and end of each config (8192^3, CUDA events). Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import bench_model as bm
+
+CONFIGS = {
+    "base": dict(vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072, batch=32, seq_len=512,
+                 num_predict=85, mem_len=384, reuse_len=256, dropout=0.1),
+    "small": bm.CONFIGS["small"],
+}
+NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16"]
+
+
+def to_gpu(variant, device):
+    """A bench_model variant moved to the GPU, its autocast with it."""
+    variant.device_type = device.type
+    variant.model.to(device)  # in place: the optimizer keeps the same parameters
+    variant.inputs = {k: move(v, device) for k, v in variant.inputs.items()}
+    variant.infer_inputs = {k: v for k, v in variant.inputs.items() if k != "labels"}
+    return variant
+
+
+def move(value, device):
+    if torch.is_tensor(value):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return [move(v, device) for v in value]
+    return value
+
+
+def cuda_seconds(fn):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1000
+
+
+def bf16_peak(device, n=8192, reps=10):
+    """FLOP/s samples of an n^3 bf16 matmul."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    return [2 * n**3 / cuda_seconds(lambda: a @ b) for _ in range(reps)]
+
+
+def step_memory(variant):
+    """Bytes the allocator held at most during one training step above what it held before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    variant.train_step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def alternate(variants, runs, warmup):
+    names = list(variants)
+    times = {n: [] for n in names}
+    for r in range(warmup + runs):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            dt = cuda_seconds(variants[name].train_step)
+            if r >= warmup:
+                times[name].append(dt)
+    return times
+
+
+def run_config(args, name, device):
+    cfg = CONFIGS[name]
+    tokens = cfg["batch"] * cfg["seq_len"]
+    names = [n for n in NAMES if not (args.no_compile and bm.VARIANTS[n][3])]
+    print(f"\n=== {name}: {cfg}", flush=True)
+    peak = bf16_peak(device)
+    _, _, _, _, variants = bm.build_variants(cfg, names)  # on the CPU, as bench_model builds them; then moved
+    variants = {n: to_gpu(v, device) for n, v in variants.items()}
+    first = {}
+    for n, v in variants.items():
+        t0 = time.perf_counter()
+        v.train_step()
+        torch.cuda.synchronize()
+        first[n] = time.perf_counter() - t0
+        print(f"  first training step {n}: {first[n]:.2f} s", flush=True)
+    times = alternate(variants, args.runs, args.warmup)
+    flops = {n: bm.count_flops(v.forward_backward) for n, v in variants.items() if n not in bm.EAGER_TWIN}
+    memory = {n: step_memory(v) for n, v in variants.items()}
+    peak += bf16_peak(device)
+    peak_flops = bm.median(peak)
+    rows = {}
+    for n in names:
+        t = bm.median(times[n])
+        f = flops[bm.EAGER_TWIN.get(n, n)]  # a compiled model does its eager twin's FLOPs
+        rows[n] = dict(train_median_s=t, train_times_s=times[n], train_tokens_per_s=tokens / t,
+                       train_gflop=f / 1e9, train_mfu=f / t / peak_flops, step_memory_bytes=memory[n],
+                       first_train_step_s=first[n])
+    base = rows["hf_bf16"]
+    print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, mem {cfg['mem_len'] or 0}; "
+          f"bf16 peak {peak_flops / 1e12:.0f} TFLOP/s (8192^3)")
+    print(f"{'variant':<26} {'train tok/s':>11} {'x hf':>6} {'step GiB':>9} {'x hf':>6} {'MFU':>6} {'1st step':>9}")
+    for n, r in rows.items():
+        r["train_speedup_vs_hf_bf16"] = base["train_median_s"] / r["train_median_s"]
+        r["memory_ratio_vs_hf_bf16"] = r["step_memory_bytes"] / base["step_memory_bytes"]
+        print(f"{n:<26} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_bf16']:6.2f} "
+              f"{r['step_memory_bytes'] / 2**30:9.2f} {r['memory_ratio_vs_hf_bf16']:6.2f} "
+              f"{100 * r['train_mfu']:5.1f}% {r['first_train_step_s']:8.1f}s", flush=True)
+    return dict(config=cfg, tokens_per_step=tokens, variants=rows,
+                bf16_matmul_peak_flops=dict(median=peak_flops, samples=peak))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    parser.add_argument("--out", default="benchmarks/results/gpu/model.json")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA device (torch.cuda.is_available() is False); bench_model.py times the CPU")
+    if args.runs < 5:
+        parser.error("--runs must be >= 5")
+    device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    result = dict(command=" ".join(["python"] + sys.argv), device=torch.cuda.get_device_name(device),
+                  torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs, warmup=args.warmup,
+                  configs={name: run_config(args, name, device) for name in args.config})
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
