@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+import model_helpers
 import pytest
 import torch
 from model_helpers import twins
@@ -44,12 +45,7 @@ def ids(seed=0, shape=(B, T)):
 
 
 def segments_and_left_padding(shape):
-    token_type_ids = torch.zeros(shape, dtype=torch.long)
-    token_type_ids[..., shape[-1] // 2:] = 1
-    token_type_ids[..., -1] = 2
-    attention_mask = torch.ones(shape, dtype=torch.long)
-    attention_mask.view(-1, shape[-1])[1, :3] = 0
-    return dict(token_type_ids=token_type_ids.to(CUDA), attention_mask=attention_mask.to(CUDA))
+    return {k: v.to(CUDA) for k, v in model_helpers.segments_and_left_padding(shape).items()}
 
 
 def two_stream():

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, run_both, twins
+from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, run_both, segments_and_left_padding, twins
 
 import xlnet_lite
 from xlnet_lite.modeling_xlnet_lite import CACHE_NAME
@@ -35,15 +35,6 @@ def close(a, b):
 
 def ids(seed=0, shape=(B, T)):
     return torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed))
-
-
-def segments_and_left_padding(shape):
-    token_type_ids = torch.zeros(shape, dtype=torch.long)
-    token_type_ids[..., shape[-1] // 2:] = 1
-    token_type_ids[..., -1] = 2
-    attention_mask = torch.ones(shape, dtype=torch.long)
-    attention_mask.view(-1, shape[-1])[1, :3] = 0
-    return dict(token_type_ids=token_type_ids, attention_mask=attention_mask)
 
 
 # ----------------------------------------------------------------------------------------------------------
