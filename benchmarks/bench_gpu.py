@@ -83,18 +83,6 @@ def step_memory(variant):
     return torch.cuda.max_memory_allocated() - before
 
 
-def alternate(variants, runs, warmup):
-    names = list(variants)
-    times = {n: [] for n in names}
-    for r in range(warmup + runs):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            dt = cuda_seconds(variants[name].train_step)
-            if r >= warmup:
-                times[name].append(dt)
-    return times
-
-
 def run_config(args, name, device):
     cfg = CONFIGS[name]
     tokens = cfg["batch"] * cfg["seq_len"]
@@ -110,7 +98,7 @@ def run_config(args, name, device):
         torch.cuda.synchronize()
         first[n] = time.perf_counter() - t0
         print(f"  first training step {n}: {first[n]:.2f} s", flush=True)
-    times = alternate(variants, args.runs, args.warmup)
+    times = bm.alternate(variants, bm.Variant.train_step, args.runs, args.warmup, clock=cuda_seconds)
     flops = {n: bm.count_flops(v.forward_backward) for n, v in variants.items() if n not in bm.EAGER_TWIN}
     memory = {n: step_memory(v) for n, v in variants.items()}
     peak += bf16_peak(device)

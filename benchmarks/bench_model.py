@@ -303,14 +303,15 @@ def timed(fn):
     return time.perf_counter() - t0
 
 
-def alternate(variants, fn, runs, warmup):
-    """Every run calls fn on each variant once, the order rotating; returns name -> seconds (warm-up dropped)."""
+def alternate(variants, fn, runs, warmup, clock=timed):
+    """Every run calls fn on each variant once, the order rotating; returns name -> seconds (warm-up dropped).
+    clock(f) runs f and returns its seconds (bench_gpu passes CUDA events)."""
     names = list(variants)
     times = {n: [] for n in names}
     for r in range(warmup + runs):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            dt = timed(lambda: fn(variants[name]))
+            dt = clock(lambda: fn(variants[name]))
             if r >= warmup:
                 times[name].append(dt)
     return times

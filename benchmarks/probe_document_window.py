@@ -36,16 +36,23 @@ def window_ids(ids: list[int], window: str, *, max_seq_length: int, mem_len: int
     raise ValueError(f"unknown window {window!r}; choose from {WINDOWS}")
 
 
-def cut_splits(splits, tokenizer, window: str, *, max_seq_length: int, mem_len: int):
-    """Every split's text replaced by the decoded tokens of its window."""
+def token_ids(splits, tokenizer):
+    """Each split's texts as token ids, <sep> <cls> included: split name -> list of id lists."""
+    from xlnet_lite.classification_data import text_columns
+
+    return {name: tokenizer(list(split.data[text_columns(split)[0]]), add_special_tokens=True)["input_ids"]
+            for name, split in splits.items()}
+
+
+def cut_splits(splits, ids, tokenizer, window: str, *, max_seq_length: int, mem_len: int):
+    """Every split's text replaced by the decoded tokens of its window (ids: token_ids of the splits)."""
     from xlnet_lite.classification_data import Split, text_columns
 
     out = {}
     for name, split in splits.items():
         column, _ = text_columns(split)
-        ids = tokenizer(list(split.data[column]), add_special_tokens=True)["input_ids"]
         texts = tokenizer.batch_decode([window_ids(x, window, max_seq_length=max_seq_length, mem_len=mem_len)
-                                        for x in ids], skip_special_tokens=True)
+                                        for x in ids[name]], skip_special_tokens=True)
         out[name] = Split(split.data.remove_columns(column).add_column(column, texts), f"{split.source} ({window})")
     return out
 
@@ -70,9 +77,10 @@ def main(argv=None):
     splits = load_splits(embedded_task="newsgroups")
     if args.labels_per_class != "all":
         splits["train"] = first_per_class(splits["train"], int(args.labels_per_class))
+    ids = token_ids(splits, tokenizer)
     rows = {}
     for window in args.windows:
-        cut = cut_splits(splits, tokenizer, window, max_seq_length=args.max_seq_length, mem_len=args.mem_len)
+        cut = cut_splits(splits, ids, tokenizer, window, max_seq_length=args.max_seq_length, mem_len=args.mem_len)
         result = tfidf_baseline(cut)
         rows[window] = {k: result[k] for k in ("validation_accuracy", "test_accuracy", "best_C", "wall_time_s")}
         print(f"{window:<26} validation {result['validation_accuracy']:.3f}  test {result['test_accuracy']:.3f}",

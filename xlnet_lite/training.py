@@ -94,8 +94,9 @@ class RecipeArguments:
 
     # Flags that must be equal to resume a run (a recipe lists its own; these are the core's).
     RESUME_MUST_MATCH = ("seed", "per_device_train_batch_size", "gradient_accumulation_steps")
-    # every training batch of the recipe has one shape: --torch_compile builds static graphs (dynamic=False), which
-    # run faster than the dynamic-shape graph torch.compile switches to once a second shape (a memory) appears
+    # True in a recipe whose training batches all have one shape: --torch_compile then builds static graphs
+    # (dynamic=False), faster than the dynamic-shape graph torch.compile switches to once a second shape (a memory)
+    # appears. False (batches padded to their longest example): torch.compile decides.
     STATIC_SHAPES = False
     # Flags that never make a run different (where it is, how it reports).
     NOT_PART_OF_THE_RUN = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "logging_steps",
