@@ -5,9 +5,10 @@
     python pretrain/run_pretraining.py ...                     (one process)
 
 With no flags: the `small` preset on the training text of 20 Newsgroups (without the validation and test messages of
-finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles), a Unigram tokenizer
-trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock deadline instead of
---max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of step t feed step t+1.
+finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles, newsgroups+news for both),
+a Unigram tokenizer trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock
+deadline instead of --max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of
+step t feed step t+1.
 The corpus is tokenized once into a memory-mapped token store (xlnet_lite.token_store) that every rank and every later
 run on the same corpus and tokenizer reads; --prepare_only builds it alone, --token_store DIR trains from one. The
 training machinery (flags, output folder, checkpoints, metrics, signals) is xlnet_lite.training, shared with
@@ -68,7 +69,7 @@ class PretrainingArguments(training.RecipeArguments):
     # data
     train_file: str | None = field(default=None, metadata={"help": "Text file, documents separated by blank lines."})
     validation_file: str | None = field(default=None, metadata={"help": "Text file for validation (default: split off --train_file)."})
-    embedded_corpus: Literal["newsgroups", "news"] = field(default="newsgroups", metadata={"help": "Without --train_file / --dataset_name: the training text of 20 Newsgroups or the embedded news articles, each without its task's validation and test texts."})
+    embedded_corpus: Literal["newsgroups", "news", "newsgroups+news"] = field(default="newsgroups", metadata={"help": "Without --train_file / --dataset_name: the training text of 20 Newsgroups, the embedded news articles, or both, each without its task's validation and test texts."})
     dataset_name: str | None = field(default=None, metadata={"help": "datasets name or local folder (instead of --train_file)."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's configuration."})
     text_column: str = field(default="text", metadata={"help": "Text column of --dataset_name."})
@@ -155,7 +156,8 @@ def check_args(a: PretrainingArguments):
 
 
 # The embedded corpora, each without the validation and test texts of its downstream task (finetune/run_glue.py
-# --embedded_task newsgroups / news_topic).
+# --embedded_task newsgroups / news_topic); a name joined by "+" is their union, each corpus holding out its own
+# validation documents.
 EMBEDDED_CORPORA = {"newsgroups": (embedded_newsgroups_pretraining_texts, "the embedded 20 Newsgroups training text"),
                     "news": (embedded_news_pretraining_texts, "the embedded news corpus")}
 
@@ -184,8 +186,12 @@ def load_corpus(a: PretrainingArguments):
         parts = raw["train"].train_test_split(test_size=a.validation_split_percentage / 100, seed=a.seed, shuffle=False)
         return parts["train"], parts["test"]
     # the embedded news without the validation and test articles of the news-topic task (finetune/run_glue.py)
-    texts, source = EMBEDDED_CORPORA[a.embedded_corpus]
-    return split_off_validation(texts(), a.validation_split_percentage, source)
+    train, validation = [], []
+    for name in a.embedded_corpus.split("+"):
+        texts, source = EMBEDDED_CORPORA[name]
+        parts = split_off_validation(texts(), a.validation_split_percentage, source)
+        train, validation = train + parts[0], validation + parts[1]
+    return train, validation
 
 
 def split_off_validation(texts, percentage, source):

@@ -163,6 +163,23 @@ def test_config_file_with_flag_override(corpus, tmp_path):
         parse_args(run_pretraining.PretrainingArguments, ["--config", str(config)])
 
 
+def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
+    """newsgroups+news trains on both corpora's training parts; each holds out its own last documents, so the
+    validation text of either is never pretrained on whatever the other's size."""
+    corpora = {"newsgroups": [f"group message {i}" for i in range(40)] + ["  "],
+               "news": [f"news article {i}" for i in range(200)]}
+    monkeypatch.setattr(run_pretraining, "EMBEDDED_CORPORA",
+                        {name: (lambda texts=texts: list(texts), name) for name, texts in corpora.items()})
+    args = parse_args(run_pretraining.PretrainingArguments, ["--embedded_corpus", "newsgroups+news",
+                                                             "--validation_split_percentage", "10"])
+    train, validation = run_pretraining.load_corpus(args)
+    assert validation == corpora["newsgroups"][36:40] + corpora["news"][180:]
+    assert train == corpora["newsgroups"][:36] + corpora["news"][:180]
+    alone = run_pretraining.load_corpus(parse_args(run_pretraining.PretrainingArguments, ["--embedded_corpus", "news",
+                                                                                          "--validation_split_percentage", "10"]))
+    assert alone == (corpora["news"][:180], corpora["news"][180:])
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 def test_dataset_name_from_a_local_folder(corpus, tmp_path, streaming, capsys):
     """--dataset_name with a datasets-loadable folder (json lines with a text column), streamed or not: read once into
