@@ -1,12 +1,13 @@
 """What pretraining buys on 20 Newsgroups, per number of labelled documents: the finetuning recipe from a pretrained
 XLNet-Lite and from the same architecture at random initialisation, each at the learning rate that scores best on
 the validation split (one grid, seed 0), then at that rate over several seeds; TF-IDF + logistic regression on the
-same labelled documents beside them.
+same labelled documents beside them. --embedded_task news_topic or rotten_tomatoes runs the same comparison on the
+other embedded tasks (a lever checked beyond 20 Newsgroups).
 
     python -m benchmarks.bench_newsgroups --pretrained outputs/pretrain --labels_per_class 20 100 all \
         --seeds 0 1 2 --out benchmarks/results/newsgroups.json [--plot benchmarks/results/newsgroups.png]
 
-Every run is the real command (`accelerate launch finetune/run_glue.py --embedded_task newsgroups ...`) with the
+Every run is the real command (`accelerate launch finetune/run_glue.py --embedded_task TASK ...`) with the
 recipe's defaults except the learning rate, the seed and `--max_train_samples_per_class`; --finetune_flags adds
 flags to every run (the same for both arms). The test accuracy of a run is that of its best epoch on validation;
 test scores never choose anything. Each finished run is written to --runs_dir at once and reused when the command
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from benchmarks.baselines.tfidf import tfidf_baseline
 from benchmarks.environment import environment
-from xlnet_lite.classification_data import first_per_class, load_splits
+from xlnet_lite.classification_data import EMBEDDED_TASKS, first_per_class, load_splits
 from xlnet_lite.training import write_json
 
 ARMS = ("pretrained", "random_init")
@@ -38,13 +39,14 @@ def finetune(args, arm, budget, lr, seed):
     path = Path(args.runs_dir, name + ".json")
     if path.is_file():
         record = json.loads(path.read_text())
-        if (record["pretrained"], record["finetune_flags"]) != (args.pretrained, args.finetune_flags):
-            sys.exit(f"{path} was run with --pretrained {record['pretrained']} --finetune_flags "
-                     f"{record['finetune_flags']!r}: use another --runs_dir, or delete it")
+        ran = (record["pretrained"], record["finetune_flags"], record.get("embedded_task", "newsgroups"))
+        if ran != (args.pretrained, args.finetune_flags, args.embedded_task):
+            sys.exit(f"{path} was run with --pretrained {ran[0]} --finetune_flags {ran[1]!r} --embedded_task {ran[2]}: "
+                     "use another --runs_dir, or delete it")
         return record
     out = Path(args.runs_dir, name)
     init = ["--model_name_or_path", args.pretrained] if arm == "pretrained" else ["--config_name", args.pretrained]
-    cmd = [*args.launcher, "finetune/run_glue.py", "--embedded_task", "newsgroups", *init,
+    cmd = [*args.launcher, "finetune/run_glue.py", "--embedded_task", args.embedded_task, *init,
            "--learning_rate", f"{lr:g}", "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir",
            "--checkpointing_steps", "0", "--save_total_limit", "1", *shlex.split(args.finetune_flags)]
     if budget != "all":
@@ -57,7 +59,7 @@ def finetune(args, arm, budget, lr, seed):
     results = json.loads((out / "all_results.json").read_text())
     history = json.loads((out / "history.json").read_text())
     record = {"name": name, "arm": arm, "labels_per_class": budget, "learning_rate": lr, "seed": seed,
-              "pretrained": args.pretrained, "finetune_flags": args.finetune_flags,
+              "pretrained": args.pretrained, "finetune_flags": args.finetune_flags, "embedded_task": args.embedded_task,
               "command": shlex.join(cmd), "wall_seconds": round(time.perf_counter() - start, 1),
               "load_average_before": load, "validation_accuracy": results["eval_accuracy"],
               "test_accuracy": results["test_accuracy"], "best_epoch": results["best_epoch"],
@@ -86,7 +88,7 @@ def run_arm(args, arm, budget):
 def tfidf_row(args, splits, budget):
     """TF-IDF + logistic regression on the same labelled messages, cached beside the runs folders (it depends on the
     data and the number of labels only)."""
-    path = Path(args.runs_dir).parent / "tfidf" / f"newsgroups_{budget}.json"
+    path = Path(args.runs_dir).parent / "tfidf" / f"{args.embedded_task}_{budget}.json"
     if path.is_file():
         return json.loads(path.read_text())
     if budget != "all":
@@ -97,15 +99,15 @@ def tfidf_row(args, splits, budget):
     return row
 
 
-def plot(summary, path):
+def plot(summary, path, *, num_classes, task):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     budgets = list(summary)
-    # "all": the training split without its validation messages, per group
-    x = [summary[b]["tfidf"]["train_examples"] / 20 if b == "all" else b for b in budgets]
+    # "all": the training split without its validation messages, per class
+    x = [summary[b]["tfidf"]["train_examples"] / num_classes if b == "all" else b for b in budgets]
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (("pretrained", "XLNet-Lite, pretrained"), ("random_init", "same, random init"),
                        ("tfidf", "TF-IDF + LR")):
@@ -119,7 +121,7 @@ def plot(summary, path):
     ax.set_xticks(x, [f"all ({v:.0f})" if b == "all" else str(b) for b, v in zip(budgets, x)])
     ax.minorticks_off()
     ax.set_xlabel("labelled documents per class")
-    ax.set_ylabel("20 Newsgroups test accuracy")
+    ax.set_ylabel(f"{task} test accuracy")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -128,6 +130,7 @@ def plot(summary, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embedded_task", choices=EMBEDDED_TASKS, default="newsgroups")
     parser.add_argument("--pretrained", required=True, help="A pretraining output folder (also the random arm's config).")
     parser.add_argument("--labels_per_class", nargs="+", default=["100"], help="Numbers, or 'all'.")
     parser.add_argument("--lr_grid", nargs="+", type=float, default=[1e-4, 3e-4, 1e-3])
@@ -143,7 +146,7 @@ def main(argv=None):
     args.launcher = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
                      "--num_cpu_threads_per_process", os.environ.get("OMP_NUM_THREADS", "2"), "--dynamo_backend", "no"]
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-    splits = load_splits(embedded_task="newsgroups")
+    splits = load_splits(embedded_task=args.embedded_task)
     summary = {}
     for budget in args.labels_per_class:
         summary[budget] = {arm: run_arm(args, arm, budget) for arm in args.arms}
@@ -153,13 +156,14 @@ def main(argv=None):
     results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),
                "environment": environment(), "pretrained": args.pretrained,
                "pretraining_results": json.loads(Path(args.pretrained, "results.json").read_text()),
-               "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid, "seeds": args.seeds, "arms": args.arms,
+               "embedded_task": args.embedded_task, "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid, "seeds": args.seeds, "arms": args.arms,
                "summary": {str(k): v for k, v in summary.items()},
                "runs": sorted((json.loads(p.read_text()) for p in Path(args.runs_dir).glob("*.json")),
                               key=lambda r: r["name"])}
     write_json(args.out, results)
     if args.plot:
-        plot(summary, args.plot)
+        plot(summary, args.plot, num_classes=splits["train"].data.features["label"].num_classes,
+             task="20 Newsgroups" if args.embedded_task == "newsgroups" else args.embedded_task)
     return results
 
 
