@@ -102,6 +102,9 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="Write the points as JSON here.")
     parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
+    for path in args.results + args.reference:
+        if not Path(path).is_file():
+            parser.error(f"no result file {path}")
     points = load_points(args.results, args.reference)
     print("| labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | pretrained | random init | gain | TF-IDF "
           "| vs TF-IDF |")
