@@ -156,7 +156,8 @@ def main(argv=None):
     results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),
                "environment": environment(), "pretrained": args.pretrained,
                "pretraining_results": json.loads(Path(args.pretrained, "results.json").read_text()),
-               "embedded_task": args.embedded_task, "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid, "seeds": args.seeds, "arms": args.arms,
+               "embedded_task": args.embedded_task, "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid,
+               "seeds": args.seeds, "arms": args.arms,
                "summary": {str(k): v for k, v in summary.items()},
                "runs": sorted((json.loads(p.read_text()) for p in Path(args.runs_dir).glob("*.json")),
                               key=lambda r: r["name"])}
