@@ -99,7 +99,7 @@ def tfidf_row(args, splits, budget):
     return row
 
 
-def plot(summary, path, *, num_classes, task):
+def plot(summary, path, *, num_classes=20, task="20 Newsgroups"):
     import matplotlib
 
     matplotlib.use("Agg")
