@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from accelerate.utils import send_to_device
 
 from benchmarks import bench_model as bm
 
@@ -42,17 +43,9 @@ def to_gpu(variant, device):
     """A bench_model variant moved to the GPU, its autocast with it."""
     variant.device_type = device.type
     variant.model.to(device)  # in place: the optimizer keeps the same parameters
-    variant.inputs = {k: move(v, device) for k, v in variant.inputs.items()}
+    variant.inputs = send_to_device(variant.inputs, device)  # tensors, and the lists of them (mems)
     variant.infer_inputs = {k: v for k, v in variant.inputs.items() if k != "labels"}
     return variant
-
-
-def move(value, device):
-    if torch.is_tensor(value):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return [move(v, device) for v in value]
-    return value
 
 
 def cuda_seconds(fn):

@@ -175,8 +175,9 @@ def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
     train, validation = run_pretraining.load_corpus(args)
     assert validation == corpora["newsgroups"][36:40] + corpora["news"][180:]
     assert train == corpora["newsgroups"][:36] + corpora["news"][:180]
-    alone = run_pretraining.load_corpus(parse_args(run_pretraining.PretrainingArguments, ["--embedded_corpus", "news",
-                                                                                          "--validation_split_percentage", "10"]))
+    args = parse_args(run_pretraining.PretrainingArguments,
+                      ["--embedded_corpus", "news", "--validation_split_percentage", "10"])
+    alone = run_pretraining.load_corpus(args)
     assert alone == (corpora["news"][:180], corpora["news"][180:])
 
 
