@@ -102,9 +102,13 @@ def pretrain(corpus, out, *, launcher=None, fake_units=None):
 @pytest.mark.recipes
 def test_the_recipe_prints_and_records_the_choice_of_this_machine(corpus, tmp_path):
     stdout, results = pretrain(corpus, tmp_path / "run")
-    expected = "bf16" if cpu_bf16_units() else "no"
+    units = cpu_bf16_units()
+    expected = "bf16" if units else "no"
     assert results["mixed_precision"] == expected
-    assert f"mixed precision: {expected} (auto: this CPU has" in stdout
+    if units:
+        assert f"mixed precision: bf16 (auto: this CPU has {' and '.join(units)})" in stdout
+    else:
+        assert "mixed precision: no (auto: this CPU (" in stdout and ") has no AMX or AVX512-BF16" in stdout
 
 
 @pytest.mark.recipes
