@@ -3,9 +3,9 @@
 # message), finetune it with 50 labelled messages per group, and compare it with the same architecture from random
 # initialisation (same tokenizer, same finetuning budget) and with TF-IDF + logistic regression on the same 50 messages
 # per group. The recipes run with their defaults except the data flags and the budget (600 pretraining steps, 8
-# finetuning epochs: at 4 the random arm was still improving), so the job fits about 15 minutes on a 2-core CPU with
-# bf16 units. Both arms finetune at the recipe's default learning rate, 3e-4: the best of the grid 1e-4 / 3e-4 / 1e-3
-# on validation for each (benchmarks/RESULTS.md).
+# finetuning epochs: at 4 the random arm was still improving): about 8 minutes on a 2-core CPU with AMX bf16 units,
+# about 31 in fp32 on a 2-core AVX2-only CPU. Both arms finetune at the recipe's default learning rate, 3e-4: the best
+# of the grid 1e-4 / 3e-4 / 1e-3 on validation for each (benchmarks/RESULTS.md).
 #   bash scripts/main_job.sh [--overwrite_output_dir]      (the flag replaces the outputs of an earlier main job)
 # Results: outputs/pretrain/ (model, loss.png, results.json), outputs/newsgroups/{pretrained,random_init}/ (the
 # classifiers), outputs/newsgroups/tfidf.json, and outputs/comparison.json (the table this script ends with).
