@@ -30,7 +30,8 @@ def movie_in(split, start=0):
 def test_rotten_tomatoes_pretraining_text_is_the_training_movies_only(monkeypatch):
     """One document per training movie (plot first, then its reviews, in the file's order); a validation or test
     movie never, nor a training row whose text a held-out row repeats."""
-    train_a, train_b = movie_in("train"), movie_in("train", int(movie_in("train").split()[1]) + 1)
+    train_a = movie_in("train")
+    train_b = movie_in("train", int(train_a.split()[1]) + 1)
     rows = [("plot", "a plot of a", train_a), ("fresh", "good fun", train_a), ("plot", "held out plot", movie_in("test")),
             ("rotten", "dull", train_b), ("fresh", "  ", train_b), ("rotten", "shared words", train_b),
             ("fresh", "shared words", movie_in("validation")), ("rotten", "fine", train_a)]

@@ -218,13 +218,17 @@ def embedded_rotten_tomatoes_pretraining_texts() -> list[str]:
     """The unlabelled text of the Rotten Tomatoes training movies: one document per movie of the training split, its
     plot summary (the 'plot' rows the task drops) and its review snippets joined by newlines, in the order of the
     movies' first rows. No validation or test movie is in it, nor any text that a validation or test row repeats."""
-    rows = _rotten_tomatoes_rows()
-    held_out = {row["text"].strip() for row in rows if _movie_split(row["movie_name"]) != "train"}
-    movies: dict[str, list[str]] = {}
-    for row in rows:
+    train, held_out = [], set()
+    for row in _rotten_tomatoes_rows():
         text = row["text"].strip()
-        if _movie_split(row["movie_name"]) == "train" and text and text not in held_out:
-            movies.setdefault(row["movie_name"], []).append(text)
+        if _movie_split(row["movie_name"]) == "train":
+            train.append((row["movie_name"], text))
+        else:
+            held_out.add(text)
+    movies: dict[str, list[str]] = {}
+    for movie, text in train:
+        if text and text not in held_out:
+            movies.setdefault(movie, []).append(text)
     return ["\n".join(texts) for texts in movies.values()]
 
 
