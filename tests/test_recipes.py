@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from model_helpers import nan_at_training_forward
-from recipe_helpers import FINETUNE, PRETRAIN, cli, one_line_error, read_metrics, run, sentiment_rows, tiny_args, write_rows
+from recipe_helpers import FINETUNE, PRETRAIN, cli, command, one_line_error, read_metrics, run, sentiment_rows, tiny_args, write_rows
 from fake_hub import FakeHub
 
 from finetune import run_glue
@@ -38,7 +38,8 @@ def test_a_bad_pretraining_text_file_is_one_line(corpus, tmp_path, flag, kind, s
     bad.write_bytes(BAD_TEXT[kind])
     args = tiny_args(corpus, tmp_path / "out")
     args[args.index(flag) + 1] = str(bad)
-    one_line_error(cli(PRETRAIN, *args), flag, str(bad), says)
+    run_command = cli if (kind, flag) == ("not_utf8", "--validation_file") else command  # one as a real command
+    one_line_error(run_command(PRETRAIN, *args), flag, str(bad), says)
 
 
 @pytest.mark.parametrize("split,flag", [("training", "--train_file"), ("validation", "--validation_file")])
@@ -47,7 +48,8 @@ def test_a_corpus_too_short_for_its_batch_is_one_line(corpus, tmp_path, split, f
     short.write_text("one short document\n\nand another one\n")
     args = tiny_args(corpus, tmp_path / "out")
     args[args.index(flag) + 1] = str(short)
-    one_line_error(cli(PRETRAIN, *args), f"the {split} corpus ({flag} {short}", "the corpus is too short")
+    run_command = cli if split == "validation" else command  # one as a real command
+    one_line_error(run_command(PRETRAIN, *args), f"the {split} corpus ({flag} {short}", "the corpus is too short")
 
 
 @pytest.mark.parametrize("content,says", [
@@ -61,8 +63,11 @@ def test_a_corpus_too_short_for_its_batch_is_one_line(corpus, tmp_path, split, f
 def test_a_bad_finetuning_file_is_one_line(pretrained, tmp_path, content, says):
     train, good = tmp_path / "train.csv", write_rows(tmp_path / "good.csv", sentiment_rows(1))
     train.write_bytes(content)
-    result = cli(FINETUNE, "--model_name_or_path", pretrained, "--train_file", train, "--validation_file", good,
-                 "--output_dir", tmp_path / "out", env={"HF_HOME": str(tmp_path / "hf")})
+    args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", good, "--output_dir", tmp_path / "out"]
+    if says == "not a readable csv file":  # one as a real command
+        result = cli(FINETUNE, *args, env={"HF_HOME": str(tmp_path / "hf")})
+    else:
+        result = command(FINETUNE, *args)
     one_line_error(result, str(train), says)
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
@@ -303,7 +308,7 @@ def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path)
 
 def test_time_budget_flags_are_checked_before_any_work(corpus, tmp_path):
     one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "a", "--max_train_minutes", "0")), "--max_train_minutes must be > 0")
-    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "b", "--max_train_minutes", "1", "--warmup_ratio", "0.1")),
+    one_line_error(command(PRETRAIN, *tiny_args(corpus, tmp_path / "b", "--max_train_minutes", "1", "--warmup_ratio", "0.1")),
                    "--warmup_ratio needs a known step count")
-    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "c", "--max_train_minutes", "1", "--lr_scheduler_type",
+    one_line_error(command(PRETRAIN, *tiny_args(corpus, tmp_path / "c", "--max_train_minutes", "1", "--lr_scheduler_type",
                                            "polynomial")), "polynomial cannot follow a time budget")
