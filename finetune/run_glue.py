@@ -94,6 +94,7 @@ class FinetuneArguments(training.RecipeArguments):
     num_warmup_steps: int | None = field(default=None, metadata={"help": "Linear warmup steps instead of --warmup_ratio."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon (XLNet: 1e-6)."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Evaluation batch size per process."})
+    eval_strategy: Literal["epoch", "no"] = field(default="epoch", metadata={"help": "epoch: score the validation split after every epoch and keep the best epoch's model; no: keep the last epoch's model and score the validation split once, at the end."})
     layerwise_lr_decay: float = field(default=1.0, metadata={"help": "Layer l of L gets lr * decay^(L-1-l), embeddings lr * decay^L."})
     num_train_epochs: int = field(default=3, metadata={"help": "Epochs (0: only evaluate and predict)."})
     max_train_steps: int | None = field(default=None, metadata={"help": "Total optimizer steps; overrides --num_train_epochs."})
@@ -101,7 +102,7 @@ class FinetuneArguments(training.RecipeArguments):
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
         "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
-        "reinit_layers",
+        "reinit_layers", "eval_strategy",
     )
 
 
@@ -361,7 +362,7 @@ def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max
                 if state["step"] >= max_steps:
                     break
             with loop.paused():
-                end_epoch(run, state, epoch)
+                end_epoch(run, state, epoch, last=state["step"] >= max_steps)
                 run.save_checkpoint(state["step"], recipe_state=state)
             if state["step"] >= max_steps:
                 break
@@ -371,14 +372,16 @@ def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max
     return True
 
 
-def end_epoch(run: Finetuning, state, epoch):
-    """Evaluate, record the epoch (metrics.jsonl and the state), keep the best model in output_dir."""
+def end_epoch(run: Finetuning, state, epoch, *, last):
+    """Evaluate (every epoch, or only the `last` with --eval_strategy no), record the epoch (metrics.jsonl and the
+    state), keep the best model in output_dir (an epoch without a score replaces the one before it)."""
     a, accelerator, metric = run.a, run.accelerator, run.main_metric
     if (record := run.loop.window_record(state["step"])) is not None:
         run.metrics.log(record)
     mean = accelerator.gather(torch.tensor([state["loss_sum"], state["loss_count"]], dtype=torch.float64)).view(-1, 2).sum(0)
     record = {"step": state["step"], "epoch": epoch + 1, "train_loss": float(mean[0] / max(mean[1], 1))}
-    scores = evaluate(a, run.model, run.eval_sets, accelerator, run.labels) if run.eval_sets else {}
+    scored = run.eval_sets and (a.eval_strategy == "epoch" or last)
+    scores = evaluate(a, run.model, run.eval_sets, accelerator, run.labels) if scored else {}
     record.update({f"eval_{k}": v for k, v in scores.items()})
     accelerator.print(json.dumps(record))
     run.metrics.log(record)

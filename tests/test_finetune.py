@@ -104,6 +104,24 @@ def test_learns_the_tiny_task(tmp_path, pretrained):
     assert results["eval_accuracy"] >= 0.9
 
 
+def test_eval_strategy_no_keeps_the_last_epoch_and_scores_validation_once(tmp_path, pretrained, monkeypatch):
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(2))
+    calls, evaluate = [], run_glue.evaluate
+    monkeypatch.setattr(run_glue, "evaluate", lambda *args, **kwargs: calls.append(1) or evaluate(*args, **kwargs))
+    run(tmp_path / "every", pretrained, "--train_file", train, "--validation_file", train, epochs=3)
+    assert len(calls) == 3
+    results, out = run(tmp_path / "last", pretrained, "--train_file", train, "--validation_file", train,
+                       "--eval_strategy", "no", epochs=3)
+    assert len(calls) == 4
+    history = json.loads((out / "history.json").read_text())
+    every = json.loads((tmp_path / "every" / "out" / "history.json").read_text())
+    assert ["eval_accuracy" in r for r in history] == [False, False, True]
+    assert results["best_epoch"] == 3 and results["eval_accuracy"] == history[-1]["eval_accuracy"]
+    # evaluating draws no randomness: the same training, and the last epoch scores as in the run that scored each
+    assert [r["train_loss"] for r in history] == [r["train_loss"] for r in every]
+    assert history[-1]["eval_accuracy"] == every[-1]["eval_accuracy"]
+
+
 def test_tsv_pairs_regression(tmp_path, pretrained):
     rows = [{"sentence1": a, "sentence2": b, "label": float(i % 5)} for i, (a, b) in enumerate(zip(GOOD + BAD, BAD + GOOD))]
     train = write_rows(tmp_path / "train.tsv", rows)
