@@ -195,6 +195,27 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
         compute_curve.main([str(other_flags), str(long)])
 
 
+def test_last_epoch_against_best_counts_each_command_once(tmp_path, capsys):
+    from benchmarks import last_epoch_vs_best
+
+    def runs(*curves):
+        return {"runs": [{"command": f"run {i}", "arm": arm, "validation_curve": curve,
+                          "best_epoch": 1 + curve.index(max(curve))} for i, (arm, curve) in enumerate(curves)]}
+
+    (tmp_path / "a.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]), ("random_init", [0.1, 0.3, 0.3]))))
+    (tmp_path / "b.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]))))  # run 0 again: counted once
+    report = last_epoch_vs_best.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "r.json")])
+    assert report["all"]["runs"] == 2
+    assert report["all"]["best_minus_last"] == {"mean": pytest.approx(0.05), "max": pytest.approx(0.1), "last_is_best": 1}
+    assert report["all"]["best_minus_epoch_mean"] == {1: pytest.approx(0.25), 2: pytest.approx(0.0), 3: pytest.approx(0.05)}
+    assert report["all"]["best_epoch_counts"] == {2: 2}
+    assert report["by_arm"]["random_init"]["best_minus_last"]["max"] == 0
+    assert json.loads((tmp_path / "r.json").read_text())["all"]["runs"] == 2
+    with pytest.raises(SystemExit) as stop:
+        last_epoch_vs_best.main([str(tmp_path / "missing.json")])
+    assert stop.value.code == 2 and "no such file" in capsys.readouterr().err
+
+
 def test_the_embedding_probe_sees_a_shared_direction():
     import torch
 
