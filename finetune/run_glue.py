@@ -102,7 +102,7 @@ class FinetuneArguments(training.RecipeArguments):
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
         "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
-        "reinit_layers", "eval_strategy",
+        "reinit_layers",
     )
 
 
@@ -318,8 +318,8 @@ class Finetuning(training.RecipeRun):
 
 
 def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max_steps):
-    """Epochs of optimizer steps; at each epoch's end evaluate, keep the best model and save a checkpoint. Returns
-    False when a signal stopped it (after a checkpoint)."""
+    """Epochs of optimizer steps; at each epoch's end evaluate (every epoch, or the last with --eval_strategy no), keep
+    the best model and save a checkpoint. Returns False when a signal stopped it (after a checkpoint)."""
     a, accelerator, model, loop = run.a, run.accelerator, run.model, run.loop
     G = a.gradient_accumulation_steps
     stop = training.StopSignal(accelerator)

@@ -85,8 +85,9 @@ def cli(script, *args, env=None, cwd=None, timeout=300):
 def command(script, *args):
     """A recipe's command line in this process, judged like `cli`'s: what `python script args` writes to stdout and
     stderr and its exit status, through the same entry point (xlnet_lite.training.exit_on_recipe_error), without the
-    fresh interpreter's imports (about 8 s on 2 cores). The error-path tests run the variants of one kind of bad input
-    here and one of them through `cli` as a real command."""
+    fresh interpreter's imports (about 8 s on 2 cores). Not captured: logging handlers made earlier with the original
+    stderr, and warnings (pytest's). The error-path tests run the variants of one kind of bad input here and one of
+    them through `cli` as a real command."""
     from pretrain import run_pretraining
     from xlnet_lite import training
 
@@ -95,8 +96,10 @@ def command(script, *args):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             training.exit_on_recipe_error(module.main, [str(a) for a in args], prog)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
+        except SystemExit as stop:  # as the interpreter ends: None is 0, a message is printed and is 1
+            code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+            if not isinstance(stop.code, (int, type(None))):
+                print(stop.code, file=sys.stderr)
     return subprocess.CompletedProcess([sys.executable, script, *map(str, args)], code, out.getvalue(), err.getvalue())
 
 

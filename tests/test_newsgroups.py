@@ -198,12 +198,22 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
 def test_last_epoch_against_best_counts_each_command_once(tmp_path, capsys):
     from benchmarks import last_epoch_vs_best
 
-    def runs(*curves):
-        return {"runs": [{"command": f"run {i}", "arm": arm, "validation_curve": curve,
-                          "best_epoch": 1 + curve.index(max(curve))} for i, (arm, curve) in enumerate(curves)]}
+    def runs(*curves, lr=3e-4):
+        return {"runs": [{"command": f"run {i} {lr}", "arm": arm, "validation_curve": curve, "learning_rate": lr,
+                          "finetune_flags": "--num_train_epochs 3",
+                          "best_epoch": 1 + curve.index(max(c for c in curve if c is not None))}
+                         for i, (arm, curve) in enumerate(curves)]}
 
     (tmp_path / "a.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]), ("random_init", [0.1, 0.3, 0.3]))))
     (tmp_path / "b.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]))))  # run 0 again: counted once
+    (tmp_path / "c.json").write_text(json.dumps(runs(("pretrained", [None, None, 0.9]), lr=1e-3)))  # last epoch only
+    (tmp_path / "d.json").write_text(json.dumps(runs(("pretrained", [0.9, 0.1, 0.1]), lr=1e-3)))
+    files = [str(tmp_path / f"{name}.json") for name in "abcd"]
+    assert last_epoch_vs_best.main(files)["all"]["runs"] == 3  # the curve without every epoch is left out
+    assert last_epoch_vs_best.main([*files, "--learning_rate", "1e-3"])["all"]["best_minus_last"]["max"] == pytest.approx(0.8)
+    assert last_epoch_vs_best.main([*files, "--finetune_flags", "--num_train_epochs 3", "--learning_rate", "3e-4"]
+                                   )["all"]["runs"] == 2
+    capsys.readouterr()
     report = last_epoch_vs_best.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "r.json")])
     assert report["all"]["runs"] == 2
     assert report["all"]["best_minus_last"] == {"mean": pytest.approx(0.05), "max": pytest.approx(0.1), "last_is_best": 1}
