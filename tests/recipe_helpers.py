@@ -91,11 +91,11 @@ def command(script, *args):
     from pretrain import run_pretraining
     from xlnet_lite import training
 
-    module, prog = (run_pretraining, "run_pretraining.py") if script == PRETRAIN else (run_glue, "run_glue.py")
+    module = run_pretraining if script == PRETRAIN else run_glue
     out, err, code = io.StringIO(), io.StringIO(), 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            training.exit_on_recipe_error(module.main, [str(a) for a in args], prog)
+            training.exit_on_recipe_error(module.main, [str(a) for a in args], Path(script).name)
         except SystemExit as stop:  # as the interpreter ends: None is 0, a message is printed and is 1
             code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
             if not isinstance(stop.code, (int, type(None))):
