@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.baselines.tfidf import tfidf_baseline
+from benchmarks.baselines.tfidf import MODEL as TFIDF_MODEL, tfidf_baseline
 from benchmarks.environment import environment
 from xlnet_lite.classification_data import EMBEDDED_TASKS, first_per_class, load_splits
 from xlnet_lite.training import write_json
@@ -87,9 +87,9 @@ def run_arm(args, arm, budget):
 
 def tfidf_row(args, splits, budget):
     """TF-IDF + logistic regression on the same labelled messages, cached beside the runs folders (it depends on the
-    data and the number of labels only)."""
+    data and the number of labels only; a row from another solver is fitted again)."""
     path = Path(args.runs_dir).parent / "tfidf" / f"{args.embedded_task}_{budget}.json"
-    if path.is_file():
+    if path.is_file() and json.loads(path.read_text()).get("model") == TFIDF_MODEL:
         return json.loads(path.read_text())
     if budget != "all":
         splits = dict(splits, train=first_per_class(splits["train"], budget))

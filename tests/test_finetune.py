@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -16,7 +17,7 @@ from accelerate import Accelerator
 
 import xlnet_lite
 from xlnet_lite import glue_metrics
-from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSampler
+from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSampler, make_loader
 from xlnet_lite.model_utils import reinit_top_layers
 from xlnet_lite.training import parameter_groups
 
@@ -396,6 +397,39 @@ def test_segment_count_batches_cover_everything_once():
     assert list(sampler) != first
     sampler.set_epoch(0)
     assert list(sampler) == first
+
+
+def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order():
+    """Evaluation batches hold examples of similar length (longest first within each segment count), every example
+    once; predict() gives each example the score it gets alone, in dataset order."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 30, size=23).tolist()
+    S = 12
+    rows = {"input_ids": [rng.integers(5, 60, size=n).tolist() for n in lengths],
+            "token_type_ids": [[0] * (n - 2) + [1, 2] for n in lengths], "index": list(range(len(lengths))),
+            "n_segments": [math.ceil(n / S) for n in lengths], "labels": [0.5] * len(lengths)}
+    dataset = datasets.Dataset.from_dict(rows).select(list(range(len(lengths)))[::-1])  # an index map, as --max_*_samples makes
+    collator = SegmentCollator(0, 4, S)
+    loader, sampler = make_loader(dataset, collator, batch_size=4, shuffle=False, seed=0)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    order = [dataset[i]["input_ids"] for b in batches for i in b]
+    keys = [(math.ceil(len(x) / S), -len(x)) for x in order]
+    assert keys == sorted(keys)  # segment count, then longest first
+    with pytest.raises(ValueError, match="shuffled"):
+        SegmentCountBatchSampler(rows["n_segments"], 4, shuffle=True, lengths=lengths)
+
+    config = xlnet_lite.XLNetLiteConfig(vocab_size=64, **{**TINY, "num_labels": 1})
+    torch.manual_seed(0)
+    model = xlnet_lite.XLNetLiteForSequenceClassification(config).eval()
+    accelerator = Accelerator(cpu=True)
+    scores = run_glue.predict(model, loader, accelerator, is_regression=True)
+    with torch.no_grad():
+        alone = {dataset[i]["index"]: run_glue.classify(model, collator([dataset[i]]), accelerator).logits.item()
+                 for i in range(len(dataset))}
+    alone = [alone[i] for i in range(len(alone))]  # predict() orders by the `index` column
+    np.testing.assert_allclose(scores, alone, rtol=1e-5, atol=1e-6)
+    assert len(set(np.round(alone, 6))) == len(alone)  # every example scores differently: an order mix-up would show
 
 
 def test_same_seed_same_losses(tmp_path, pretrained):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
 
 from .data import utf8_lines
@@ -238,10 +239,15 @@ def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max
 
 class SegmentCountBatchSampler:
     """Batches of examples with the same number of segments (always 1 when truncating), so every segment
-    but the last is full and the memory never holds padding. Shuffled from (seed, epoch) when training."""
+    but the last is full and the memory never holds padding. Shuffled from (seed, epoch) when training; with
+    `lengths` (evaluation), longest first within each segment count, so a batch pads its last segments to about
+    their own length instead of to the longest in the whole split (the padding is masked: the same predictions)."""
 
-    def __init__(self, n_segments, batch_size, *, shuffle, seed=0):
+    def __init__(self, n_segments, batch_size, *, shuffle, seed=0, lengths=None):
+        if shuffle and lengths is not None:
+            raise ValueError("lengths orders evaluation batches; a shuffled sampler takes none")
         self.n_segments = np.asarray(n_segments)
+        self.lengths = None if lengths is None else np.asarray(lengths)
         self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
 
     def set_epoch(self, epoch):
@@ -254,6 +260,8 @@ class SegmentCountBatchSampler:
             idx = np.flatnonzero(self.n_segments == n)
             if self.shuffle:
                 idx = rng.permutation(idx)
+            elif self.lengths is not None:
+                idx = idx[np.argsort(-self.lengths[idx], kind="stable")]
             batches += [idx[i : i + self.batch_size].tolist() for i in range(0, len(idx), self.batch_size)]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -304,7 +312,10 @@ class SegmentCollator:
 
 
 def make_loader(dataset, collator, *, batch_size, shuffle, seed):
-    sampler = SegmentCountBatchSampler(dataset["n_segments"], batch_size, shuffle=shuffle, seed=seed)
+    """Shuffled batches for training; for evaluation, batches of similar length (predictions are put back in
+    dataset order by their `index`)."""
+    lengths = None if shuffle else pc.list_value_length(dataset.with_format("arrow")["input_ids"]).to_numpy()
+    sampler = SegmentCountBatchSampler(dataset["n_segments"], batch_size, shuffle=shuffle, seed=seed, lengths=lengths)
     # Its own generator: starting an iterator draws a seed, which must not move the global RNG (dropout),
     # or a resumed run would drift from the uninterrupted one.
     generator = torch.Generator().manual_seed(seed)

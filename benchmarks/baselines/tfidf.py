@@ -4,8 +4,9 @@ recipe's embedded tasks (or your own train / validation / test files).
     python -m benchmarks.baselines.tfidf [--embedded_task newsgroups|news_topic|rotten_tomatoes]
         [--max_train_samples_per_class N] [--out results.json]
 
-Word 1-2 grams (sublinear tf), L2 logistic regression; C chosen on the validation split, then the test accuracy of
-that model. Wall time covers vectorising, fitting every C, selecting, and predicting the test split.
+Word 1-2 grams (sublinear tf), L2 logistic regression solved to convergence (Newton-CG, tolerance 1e-6, each C
+of the grid started from the solution at the C before it); C chosen on the validation split, then the test accuracy
+of that model. Wall time covers vectorising, fitting every C, selecting, and predicting the test split.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from collections import Counter
 from pathlib import Path
 
 C_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+# With a few hundred messages and ~10^5 n-gram features, scikit-learn's default (lbfgs, tol 1e-4) stops while the
+# weights are still moving (up to 0.2 at C = 64 on 20 Newsgroups, 50 per group), enough to change the chosen C and
+# the test accuracy by 0.4 points, and spends most of its time inside L-BFGS-B on millions of weights. Newton-CG at
+# tol 1e-6 reaches the optimum (lbfgs at tol 1e-6 lands within 2e-3 of it) in 4-6 iterations per C.
+SOLVER = dict(solver="newton-cg", tol=1e-6, max_iter=1000)
 
 
 def _texts(split):
@@ -26,6 +32,9 @@ def _texts(split):
     if second is not None:
         return [f"{a} {b}" for a, b in zip(split.data[first], split.data[second])]
     return list(split.data[first])
+
+
+MODEL = "tfidf(1-2 grams, sublinear tf) + logistic regression (newton-cg, tol 1e-6)"
 
 
 def tfidf_baseline(splits) -> dict:
@@ -41,17 +50,17 @@ def tfidf_baseline(splits) -> dict:
     x_train = vectorizer.fit_transform(_texts(splits["train"]))
     x_val, x_test = vectorizer.transform(_texts(splits["validation"])), vectorizer.transform(_texts(splits["test"]))
     y_train, y_val, y_test = (list(splits[name].data["label"]) for name in ("train", "validation", "test"))
-    scores = {}
-    for c in C_GRID:
-        model = LogisticRegression(C=c, max_iter=3000).fit(x_train, y_train)
-        scores[c] = (accuracy(model.predict(x_val), y_val), model)
-    best_c = max(scores, key=lambda c: scores[c][0])
+    model, scores = LogisticRegression(warm_start=True, **SOLVER), {}
+    for c in sorted(C_GRID):  # warm_start: each fit starts from the previous C's weights
+        model.set_params(C=c).fit(x_train, y_train)
+        scores[c] = (accuracy(model.predict(x_val), y_val), model.predict(x_test))
+    best_c = max(scores, key=lambda c: scores[c][0])  # the first of equal scores: the smallest C
     return {
-        "model": "tfidf(1-2 grams, sublinear tf) + logistic regression",
+        "model": MODEL,
         "best_C": best_c,
         "validation_accuracy": scores[best_c][0],
         "validation_accuracy_by_C": {str(c): s for c, (s, _) in scores.items()},
-        "test_accuracy": accuracy(scores[best_c][1].predict(x_test), y_test),
+        "test_accuracy": accuracy(scores[best_c][1], y_test),
         "majority_class_test_accuracy": Counter(y_test).most_common(1)[0][1] / len(y_test),
         "wall_time_s": round(time.perf_counter() - start, 2),
         "train_examples": len(y_train),
