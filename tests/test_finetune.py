@@ -432,6 +432,18 @@ def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order(
     assert len(set(np.round(alone, 6))) == len(alone)  # every example scores differently: an order mix-up would show
 
 
+def test_the_eval_order_benchmark_finds_the_same_predictions_with_less_padding(pretrained, tmp_path):
+    from benchmarks import bench_eval_order
+
+    report = bench_eval_order.main(["--model", str(pretrained), "--embedded_task", "rotten_tomatoes", "--repeats", "1",
+                                    "--max_seq_length", "64", "--out", str(tmp_path / "order.json")])
+    orders = report["orders"]
+    assert report["examples"] == 1399 and report["predictions_differing"] == 0
+    assert orders["longest first"]["accuracy"] == orders["dataset order"]["accuracy"]
+    assert report["real_tokens"] <= orders["longest first"]["padded_tokens"] < orders["dataset order"]["padded_tokens"]
+    assert json.loads((tmp_path / "order.json").read_text())["orders"].keys() == orders.keys()
+
+
 def test_same_seed_same_losses(tmp_path, pretrained):
     """Reproducibility: two runs with the same seed give the same training losses and metrics."""
     train = write_rows(tmp_path / "train.csv", sentiment_rows())
