@@ -5,7 +5,8 @@ split of an embedded task, and whether every prediction is the same.
         [--split test] [--repeats 2] [--out benchmarks/results/eval_order.json]
 
 `--model` is a finetuned classifier folder (its tokenizer and labels); the split is tokenized as the recipe does
-(`--max_seq_length`, truncating), then `run_glue.predict` runs over both orders, alternating, `--repeats` times each.
+(`--max_seq_length`, truncating), then `run_glue.predict` runs over both orders `--repeats` times each, after a
+warm-up pass over two batches, the order of the two flipping every repeat (A B, B A, ...).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -57,15 +59,19 @@ def main(argv=None):
         "longest first": make_loader(data, collator, batch_size=args.batch_size, shuffle=False, seed=0)[0],
     }
     accelerator, seconds, predictions = Accelerator(cpu=True), {name: [] for name in loaders}, {}
-    for _ in range(args.repeats):
-        for name, loader in loaders.items():
+    warmup = data.select(range(min(len(data), 2 * args.batch_size)))
+    run_glue.predict(model, make_loader(warmup, collator, batch_size=args.batch_size, shuffle=False, seed=0)[0],
+                     accelerator, is_regression=False)
+    for repeat in range(args.repeats):
+        for name in list(loaders)[:: 1 if repeat % 2 == 0 else -1]:
+            loader = loaders[name]
             start = time.perf_counter()
             predictions[name] = run_glue.predict(model, loader, accelerator, is_regression=False)
             seconds[name].append(round(time.perf_counter() - start, 2))
             print(f"{name}: {seconds[name][-1]} s", flush=True)
     labels = np.asarray(data["labels"])
     result = {
-        "command": "python -m benchmarks.bench_eval_order " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "command": "python -m benchmarks.bench_eval_order " + " ".join(argv if argv is not None else sys.argv[1:]),
         "environment": environment(),
         "examples": len(data),
         "real_tokens": int(sum(len(x) for x in data["input_ids"])),

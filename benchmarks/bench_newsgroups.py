@@ -89,8 +89,9 @@ def tfidf_row(args, splits, budget):
     """TF-IDF + logistic regression on the same labelled messages, cached beside the runs folders (it depends on the
     data and the number of labels only; a row from another solver is fitted again)."""
     path = Path(args.runs_dir).parent / "tfidf" / f"{args.embedded_task}_{budget}.json"
-    if path.is_file() and json.loads(path.read_text()).get("model") == TFIDF_MODEL:
-        return json.loads(path.read_text())
+    cached = json.loads(path.read_text()) if path.is_file() else None
+    if cached and cached.get("model") == TFIDF_MODEL:
+        return cached
     if budget != "all":
         splits = dict(splits, train=first_per_class(splits["train"], budget))
     row = tfidf_baseline(splits)

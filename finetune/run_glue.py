@@ -212,7 +212,8 @@ def classify(model, batch, accelerator, *, labels=None, backprop_all=False):
 
 @torch.no_grad()
 def predict(model, loader, accelerator, *, is_regression):
-    """Predictions for every example of the loader's dataset, in dataset order (class ids or scores)."""
+    """Predictions for every example of the loader's dataset, ordered by its `index` column (the split's row order,
+    as tokenize_split numbers them), whatever order the batches came in (class ids or scores)."""
     model.eval()
     predictions, indices = [], []
     for batch in tqdm(loader, desc="eval", leave=False, disable=not accelerator.is_local_main_process):

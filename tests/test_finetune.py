@@ -401,14 +401,14 @@ def test_segment_count_batches_cover_everything_once():
 
 def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order():
     """Evaluation batches hold examples of similar length (longest first within each segment count), every example
-    once; predict() gives each example the score it gets alone, in dataset order."""
+    once; predict() gives each example the score it gets alone, ordered by the `index` column."""
     rng = np.random.default_rng(0)
     lengths = rng.integers(3, 30, size=23).tolist()
     S = 12
     rows = {"input_ids": [rng.integers(5, 60, size=n).tolist() for n in lengths],
             "token_type_ids": [[0] * (n - 2) + [1, 2] for n in lengths], "index": list(range(len(lengths))),
             "n_segments": [math.ceil(n / S) for n in lengths], "labels": [0.5] * len(lengths)}
-    dataset = datasets.Dataset.from_dict(rows).select(list(range(len(lengths)))[::-1])  # an index map, as --max_*_samples makes
+    dataset = datasets.Dataset.from_dict(rows).select(list(range(len(lengths)))[::-1])  # an index map: the lengths must follow it
     collator = SegmentCollator(0, 4, S)
     loader, sampler = make_loader(dataset, collator, batch_size=4, shuffle=False, seed=0)
     batches = list(sampler)
@@ -433,6 +433,8 @@ def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order(
 
 
 def test_the_eval_order_benchmark_finds_the_same_predictions_with_less_padding(pretrained, tmp_path):
+    """The benchmark's wiring: both orders over the whole split, the padded tokens of each, its JSON (that the
+    predictions agree score for score is the test above's)."""
     from benchmarks import bench_eval_order
 
     report = bench_eval_order.main(["--model", str(pretrained), "--embedded_task", "rotten_tomatoes", "--repeats", "1",

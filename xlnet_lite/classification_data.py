@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 import torch
 
 from .data import utf8_lines
@@ -240,8 +239,10 @@ def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max
 class SegmentCountBatchSampler:
     """Batches of examples with the same number of segments (always 1 when truncating), so every segment
     but the last is full and the memory never holds padding. Shuffled from (seed, epoch) when training; with
-    `lengths` (evaluation), longest first within each segment count, so a batch pads its last segments to about
-    their own length instead of to the longest in the whole split (the padding is masked: the same predictions)."""
+    `lengths` (evaluation), longest first within each segment count: a batch then holds texts of similar length
+    and pads its last segments to about their own length, not to the longest of a random mix (often the full
+    segment). The padding is masked, so the predictions are the same up to rounding (identical on 20 Newsgroups'
+    test split in fp32, benchmarks/bench_eval_order.py)."""
 
     def __init__(self, n_segments, batch_size, *, shuffle, seed=0, lengths=None):
         if shuffle and lengths is not None:
@@ -312,9 +313,13 @@ class SegmentCollator:
 
 
 def make_loader(dataset, collator, *, batch_size, shuffle, seed):
-    """Shuffled batches for training; for evaluation, batches of similar length (predictions are put back in
-    dataset order by their `index`)."""
-    lengths = None if shuffle else pc.list_value_length(dataset.with_format("arrow")["input_ids"]).to_numpy()
+    """Shuffled batches for training; for evaluation, batches of similar length (run_glue.predict puts the
+    predictions back in the order of the `index` column)."""
+    import pyarrow.compute as pc
+
+    lengths = None
+    if not shuffle and len(dataset):
+        lengths = pc.list_value_length(dataset.with_format("arrow")["input_ids"]).to_numpy()
     sampler = SegmentCountBatchSampler(dataset["n_segments"], batch_size, shuffle=shuffle, seed=seed, lengths=lengths)
     # Its own generator: starting an iterator draws a seed, which must not move the global RNG (dropout),
     # or a resumed run would drift from the uninterrupted one.
