@@ -45,6 +45,7 @@ def main(argv=None):
     from xlnet_lite.classification_data import (EMBEDDED_TASKS, SegmentCollator, SegmentCountBatchSampler,
                                                 load_splits, make_loader, read_labels, tokenize_split)
     from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
+    from xlnet_lite.training import write_json
 
     if args.embedded_task not in EMBEDDED_TASKS:
         parser.error(f"--embedded_task must be one of {', '.join(EMBEDDED_TASKS)}")
@@ -83,7 +84,7 @@ def main(argv=None):
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result)
     return result
 
 

@@ -121,23 +121,21 @@ def test_finetuning_and_the_baseline_on_the_embedded_task(pretrained, tmp_path):
     assert baseline["test_examples"] == 298 and baseline["test_accuracy"] > baseline["majority_class_test_accuracy"] + 0.1
 
 
-
 def test_the_tfidf_baseline_warm_started_along_the_grid_equals_a_fit_per_c():
     """Each C warm-started from the one before reaches the optimum a cold fit reaches: the same validation
     accuracy for every C, so the same chosen C and test accuracy."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from benchmarks.baselines.tfidf import C_GRID, SOLVER, _texts
+    from benchmarks.baselines.tfidf import C_GRID, SOLVER, _texts, vectorizer
     from xlnet_lite.classification_data import first_per_class
     from xlnet_lite.glue_metrics import accuracy
 
     splits = load_splits(embedded_task="news_topic")
     splits["train"] = first_per_class(splits["train"], 15)
     baseline = tfidf_baseline(splits)
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
-    x_train = vectorizer.fit_transform(_texts(splits["train"]))
-    x_val = vectorizer.transform(_texts(splits["validation"]))
+    features = vectorizer()
+    x_train = features.fit_transform(_texts(splits["train"]))
+    x_val = features.transform(_texts(splits["validation"]))
     cold = {str(c): accuracy(LogisticRegression(C=c, **SOLVER).fit(x_train, splits["train"].data["label"]).predict(x_val),
                              list(splits["validation"].data["label"])) for c in C_GRID}
     assert baseline["validation_accuracy_by_C"] == cold

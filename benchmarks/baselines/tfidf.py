@@ -36,18 +36,24 @@ def _texts(split):
     return list(split.data[first])
 
 
+def vectorizer():
+    """The baseline's features: word 1-2 grams, sublinear tf, every n-gram of the training texts."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1)
+
+
 def tfidf_baseline(splits) -> dict:
     """TF-IDF + logistic regression on `splits` (classification_data.load_splits: train, validation, test with
     labels): the validation accuracy of every C, the chosen C, and its test accuracy."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
     from xlnet_lite.glue_metrics import accuracy
 
     start = time.perf_counter()
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1)
-    x_train = vectorizer.fit_transform(_texts(splits["train"]))
-    x_val, x_test = vectorizer.transform(_texts(splits["validation"])), vectorizer.transform(_texts(splits["test"]))
+    features = vectorizer()
+    x_train = features.fit_transform(_texts(splits["train"]))
+    x_val, x_test = features.transform(_texts(splits["validation"])), features.transform(_texts(splits["test"]))
     y_train, y_val, y_test = (list(splits[name].data["label"]) for name in ("train", "validation", "test"))
     model, scores = LogisticRegression(warm_start=True, **SOLVER), {}
     for c in sorted(C_GRID):  # warm_start: each fit starts from the previous C's weights
