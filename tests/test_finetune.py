@@ -446,6 +446,22 @@ def test_the_eval_order_benchmark_finds_the_same_predictions_with_less_padding(p
     assert json.loads((tmp_path / "order.json").read_text())["orders"].keys() == orders.keys()
 
 
+def test_the_classifier_benchmark_times_three_models_with_the_same_logits(tmp_path):
+    """bench_classifier's wiring: transformers' classifier and the two XLNet-Lite paths (pooled position, whole last
+    layer) built with the same weights, timed, their logits equal, the JSON written."""
+    from benchmarks import bench_classifier
+
+    report = bench_classifier.main(["--model_size", "tiny", "--batch_size", "4", "--max_seq_length", "16", "--runs", "2",
+                                    "--warmup", "0", "--threads", "1", "--out", str(tmp_path / "classifier.json")])
+    assert set(report["variants"]) == set(bench_classifier.VARIANTS)
+    for row in report["variants"].values():
+        assert len(row["runs"]["train_step_s"]) == 2 and row["train_step_s"] > 0 and row["inference_s"] > 0
+    assert report["variants"]["xlnet_lite_whole_last_layer"]["train_time_vs_whole_last_layer"] == 1.0
+    assert report["logits_max_abs_diff"]["pooled_vs_whole_last_layer"] < 1e-5
+    assert report["logits_max_abs_diff"]["pooled_vs_transformers"] < 1e-4
+    assert json.loads((tmp_path / "classifier.json").read_text())["shapes"]["model_size"] == "tiny"
+
+
 def test_same_seed_same_losses(tmp_path, pretrained):
     """Reproducibility: two runs with the same seed give the same training losses and metrics."""
     train = write_rows(tmp_path / "train.csv", sentiment_rows())

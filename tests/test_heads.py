@@ -152,6 +152,11 @@ HEADS = [
 ]
 
 
+# A loaded model computes with the same weights at other addresses (safetensors' are not 64-byte aligned), where
+# the CPU kernels may round a single-row product differently: the last bits only, far under any wrong weight's effect.
+SAME_WEIGHTS = dict(atol=1e-6, rtol=1e-6)
+
+
 def save_head(folder, cls):
     model = randomise(cls(XLNetLiteConfig(**TINY, num_labels=2, start_n_top=3, end_n_top=2))).eval()
     model.save_pretrained(folder)
@@ -166,7 +171,7 @@ def test_auto_classes_in_process(tmp_path):
         loaded = getattr(transformers, auto_name).from_pretrained(tmp_path / cls.__name__).eval()
         assert type(loaded) is cls
         with torch.no_grad():
-            torch.testing.assert_close(model(**inputs)[0], loaded(**inputs)[0], atol=0, rtol=0)
+            torch.testing.assert_close(model(**inputs)[0], loaded(**inputs)[0], **SAME_WEIGHTS)
     squad = save_head(tmp_path / "squad", XLNetLiteForQuestionAnswering)
     assert type(XLNetLiteForQuestionAnswering.from_pretrained(tmp_path / "squad")) is XLNetLiteForQuestionAnswering
     assert json.loads((tmp_path / "squad" / "config.json").read_text())["auto_map"][
@@ -207,7 +212,7 @@ def test_trust_remote_code_in_a_fresh_process(tmp_path):
     for cls, _, _ in HEADS:
         assert "transformers_modules" in result.stdout and f" {cls.__name__}\n" in result.stdout
         out = torch.load(tmp_path / cls.__name__ / "remote_out.pt", weights_only=True)
-        torch.testing.assert_close(out, expected[cls.__name__], atol=0, rtol=0)
+        torch.testing.assert_close(out, expected[cls.__name__], **SAME_WEIGHTS)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -229,3 +229,58 @@ def test_training_gradients_of_every_parameter(impl, overrides):
     lite_params = dict(lite.named_parameters())
     for name, p in hf.named_parameters():
         torch.testing.assert_close(lite_params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("cls_name,summary_type", [
+    ("XLNetForSequenceClassification", "last"), ("XLNetForSequenceClassification", "first"),
+    ("XLNetForSequenceClassification", "cls_index"), ("XLNetForSequenceClassification", "mean"),
+    ("XLNetForMultipleChoice", "last"),
+])
+def test_sequence_heads_compute_the_last_layer_at_the_pooled_position_only(impl, cls_name, summary_type):
+    """The sequence heads run the last layer's content stream at the position they pool (<cls> last, or the first
+    token) and nothing else: logits, loss and every parameter's gradient (train mode, dropout 0) still equal
+    transformers' XLNet's on a batch with memory, two segments and <cls>, left padding and (one choice per sequence)
+    a perm_mask."""
+    hf, lite = twins(cls_name, num_labels=3, summary_type=summary_type, summary_last_dropout=0.0)
+    lite.config._attn_implementation = impl
+    shape = (2, 2, T) if cls_name == "XLNetForMultipleChoice" else (B, T)
+    rows = B  # sequences the model sees (batch x choices)
+    tt = torch.zeros(shape, dtype=torch.long)
+    tt[..., 6:-1], tt[..., -1] = 1, 2
+    attention_mask = torch.ones(shape, dtype=torch.long)
+    if summary_type != "mean":  # mean pooling leaves padding out, transformers' averages it in
+        attention_mask.view(-1, T)[1, :3] = 0
+    perm_mask = xlnet_masks(rows, T, P, seed=5)[0]
+    mems = [torch.randn(5, rows, 32, generator=torch.Generator().manual_seed(layer)) for layer in range(2)]
+    labels = torch.tensor([1, 0]) if cls_name == "XLNetForMultipleChoice" else torch.tensor([0, 2, 1, 2])
+    inputs = dict(input_ids=ids(7, length=T).view(*shape), token_type_ids=tt, attention_mask=attention_mask,
+                  labels=labels)
+    if cls_name == "XLNetForSequenceClassification":  # transformers' multiple-choice head does not flatten perm_mask
+        inputs["perm_mask"] = perm_mask
+    last_ff_rows = []
+    lite.transformer.layer[-1].ff.register_forward_hook(lambda module, args, out: last_ff_rows.append(out.shape[1]))
+    outputs = []
+    for model, m in ((hf, mems), (lite, [x.transpose(0, 1) for x in mems])):
+        model.train()
+        out = model(**inputs, mems=m)
+        out.loss.backward()
+        outputs.append(out)
+    close(outputs[0].logits, outputs[1].logits)
+    close(outputs[0].loss, outputs[1].loss)
+    lite_params = dict(lite.named_parameters())
+    for name, p in hf.named_parameters():
+        torch.testing.assert_close(lite_params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert last_ff_rows == [T if summary_type == "mean" else 1]
+    with torch.no_grad():  # hidden states asked for: every position again, the same logits
+        full = lite(**inputs, mems=[x.transpose(0, 1) for x in mems], output_hidden_states=True)
+    assert last_ff_rows[-1] == T
+    close(full.logits, outputs[1].logits)
+
+
+def test_positions_to_keep_is_for_the_content_stream_only():
+    _, lite = twins("XLNetModel")
+    out = lite(ids(), positions_to_keep=slice(-2, None))
+    close(out.last_hidden_state, lite(ids()).last_hidden_state[:, -2:])
+    perm_mask, target_mapping = xlnet_masks(B, T, P)
+    with pytest.raises(ValueError, match="positions_to_keep"):
+        lite(ids(), perm_mask=perm_mask, target_mapping=target_mapping, positions_to_keep=slice(-1, None))

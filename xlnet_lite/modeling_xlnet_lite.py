@@ -466,10 +466,11 @@ class XLNetLiteRelativeAttention(nn.Module):
         out = attn_vec @ self.o.flatten(1).t()  # (B, Q, H)
         return self.layer_norm(self.dropout(out) + x)
 
-    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True):
+    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True, rows=None):
         """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None (or the generation cache instead).
         Returns h, g, (prob_h, prob_g); with content=False the content stream is skipped (h returned unchanged),
-        for the last layer of a model whose output is the query stream."""
+        for the last layer of a model whose output is the query stream. rows (a slice of positions): the content
+        stream's queries at those positions only, every position still a key; h comes back (B, len(rows), H)."""
         T = h.shape[1]
         x = matmul_operand(h if mem is None or cache is not None else torch.cat([mem, h], dim=1))  # (B, K or T, H)
         keys = self.keys(x, ai, cache=cache)
@@ -478,10 +479,16 @@ class XLNetLiteRelativeAttention(nn.Module):
             return self.fused_streams(h, g, keys, ai, core)
         out_h, prob_h = h, None
         if content:
-            rows = x if x.shape[1] == T else x.split([x.shape[1] - T, T], dim=1)[1]  # the current segment's
+            current = x if x.shape[1] == T else x.split([x.shape[1] - T, T], dim=1)[1]  # the current segment's
+            seg_q, blocked, query_pos = ai.seg_query_h, ai.blocked_h, None
+            if rows is not None:  # a few positions' queries, each at its own relative offset (as the query stream)
+                h, current = h[:, rows], current[:, rows]  # (B, Q, H)
+                query_pos = torch.arange(T, device=h.device)[rows].expand(h.shape[0], -1)  # (B, Q)
+                seg_q = None if seg_q is None else seg_q[:, rows]
+                blocked = None if blocked is None else blocked[:, :, rows]
             vec_h, prob_h = self.attend(
-                self.project(rows, self.q), keys, seg_q=ai.seg_query_h, blocked=ai.blocked_h, no_key=None,
-                query_pos=None, **core,
+                self.project(current, self.q), keys, seg_q=seg_q, blocked=blocked, no_key=None, query_pos=query_pos,
+                **core,
             )
             out_h = self.post_attention(h, vec_h)
         if g is None:
@@ -546,8 +553,8 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
         self.rel_attn = XLNetLiteRelativeAttention(config, layer_idx)
         self.ff = XLNetLiteFeedForward(config)
 
-    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True):
-        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, eager=eager, cache=cache, content=content)
+    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True, rows=None):
+        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, eager=eager, cache=cache, content=content, rows=rows)
         if g is None:
             return self.ff(h), None, probs
         if not content:
@@ -900,6 +907,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         cache=None,
         use_cache=None,
         past_key_values=None,
+        positions_to_keep=None,
     ):
         """transformers' XLNetModel inputs, plus:
         predict_next: one query-stream row at position T, after the last token, that sees every position (and the
@@ -907,6 +915,10 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             perm_mask hides from every position and target_mapping reads; this is the same computation without the
             dummy's content stream, which nothing sees. The output is then (B, 1, H).
         cache (or past_key_values) / use_cache: the generation cache (XLNetLiteCache) instead of mems; see generate().
+        positions_to_keep: a slice of positions, e.g. slice(-1, None) for the <cls> token that the sequence heads
+            pool: the last layer computes its output at those positions only (every position is still a key; the
+            other layers and the mems are unchanged), and last_hidden_state is (B, len, H). Content stream only: not
+            with target_mapping, predict_next or the generation cache.
         """
         cfg = self.config
         output_attentions = output_attentions if output_attentions is not None else cfg.output_attentions
@@ -917,6 +929,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if mems is not None and all(m is None for m in mems):
             mems = None
         cache = self.generation_cache(cache, past_key_values, use_cache, mems=mems, token_type_ids=token_type_ids)
+        if positions_to_keep is not None and (target_mapping is not None or predict_next or cache is not None):
+            raise ValueError("positions_to_keep selects content-stream positions: pass no target_mapping, predict_next "
+                             "or generation cache with it")
         if predict_next and not (perm_mask is None and target_mapping is None and token_type_ids is None):
             raise ValueError("predict_next=True places the query stream itself: pass no perm_mask, target_mapping "
                              "or token_type_ids with it")
@@ -944,7 +959,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             g = self.dropout(self.mask_emb.expand(B, P, -1))  # (B, P, H)
         output, new_mems, hidden_states, attentions = self.run_layers(
             h, g, mems, ai, cache=cache, use_mems=use_mems, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            output_hidden_states=output_hidden_states, last_rows=positions_to_keep,
         )
         if cache is not None:
             cache.commit(T)
@@ -957,10 +972,11 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         )
         return out if return_dict else out.to_tuple()
 
-    def run_layers(self, h, g, mems, ai, *, cache, use_mems, output_attentions, output_hidden_states):
+    def run_layers(self, h, g, mems, ai, *, cache, use_mems, output_attentions, output_hidden_states, last_rows=None):
         """The layer stack. Returns the output stream (h, or g with a target_mapping), the new mems, hidden states
         and attentions. When the output is the query stream, the last layer's content stream feeds nothing and
-        is skipped (unless its hidden states or attentions are asked for)."""
+        is skipped (unless its hidden states or attentions are asked for); last_rows (a slice) keeps only those
+        positions of the last layer's content stream."""
         eager = output_attentions or self.config._attn_implementation not in ("sdpa",)
         skip_last_content = g is not None and not (output_attentions or output_hidden_states)
         new_mems, hidden_states, attentions = [], [], []
@@ -970,9 +986,10 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 new_mems.append(self.cache_mem(h, mem))
             if output_hidden_states:
                 hidden_states += [h] if g is None else [h, g]
-            content = not (skip_last_content and i == len(self.layer) - 1)
+            last = i == len(self.layer) - 1
             h, g, probs = layer(
-                h, g, mem, ai, biases=self.layer_biases(layer), eager=eager, cache=cache, content=content
+                h, g, mem, ai, biases=self.layer_biases(layer), eager=eager, cache=cache,
+                content=not (skip_last_content and last), rows=last_rows if last else None,
             )
             if output_attentions:
                 attentions.append(probs[0] if g is None else probs)
@@ -1138,6 +1155,16 @@ class XLNetLiteSequenceSummary(nn.Module):
             x = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), cls_index]
         return self.last_dropout(self.activation(self.summary(x)))
 
+    def positions(self, config, *, target_mapping, output_attentions, output_hidden_states):
+        """The positions this summary reads, as the model's positions_to_keep: the last (<cls>; also "cls_index"
+        without an index, as the sequence heads call it) or the first. None (all) for "mean", for the query stream
+        (target_mapping) and when every position's output is asked for."""
+        attentions = config.output_attentions if output_attentions is None else output_attentions
+        hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if target_mapping is not None or attentions or hidden_states:
+            return None
+        return {"last": slice(-1, None), "cls_index": slice(-1, None), "first": slice(0, 1)}.get(self.summary_type)
+
 
 class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
     """Classification / regression from the last position (the <cls> token; pad on the left)."""
@@ -1160,6 +1187,9 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
             input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
             token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            positions_to_keep=self.sequence_summary.positions(
+                self.config, target_mapping=target_mapping, output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states),
         )
         keep = real_tokens(attention_mask, input_mask)  # (B, T) or None
         logits = self.logits_proj(self.sequence_summary(out.last_hidden_state, keep=keep))  # (B, num_labels)
@@ -1281,6 +1311,9 @@ class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
         out = self.transformer(
             **flat, mems=mems, use_mems=use_mems, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True,
+            positions_to_keep=self.sequence_summary.positions(
+                self.config, target_mapping=flat["target_mapping"], output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states),
         )
         keep = real_tokens(flat["attention_mask"], flat["input_mask"])  # (B * C, T) or None
         logits = self.logits_proj(self.sequence_summary(out.last_hidden_state, keep=keep)).view(B, C)  # (B, C)
