@@ -399,6 +399,30 @@ def test_segment_count_batches_cover_everything_once():
     assert list(sampler) == first
 
 
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_batches_dealt_to_two_processes_keep_one_segment_count_and_every_example(shuffle):
+    """accelerate's sharding of the sampler for 2 processes (as Accelerator.prepare does it): groups of 7, 5 and 6
+    examples in batches of 4 end in short batches mid-stream; every dealt batch still holds one segment count, every
+    example is dealt, and both processes get as many batches as the loader's length says."""
+    from accelerate.data_loader import prepare_data_loader
+
+    counts = [1] * 7 + [2] * 5 + [3] * 6
+    for epoch in (0, 1):
+        dealt, lengths = [], []
+        for rank in range(2):
+            sampler = SegmentCountBatchSampler(counts, 4, shuffle=shuffle, seed=1)
+            sampler.set_epoch(epoch)
+            loader = torch.utils.data.DataLoader(list(range(len(counts))), batch_sampler=sampler, collate_fn=list)
+            shard = prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False)
+            batches = list(shard)
+            assert len(batches) == len(shard) == math.ceil(len(sampler) / 2)
+            assert all(len({counts[i] for i in b}) == 1 and 1 <= len(b) <= 4 for b in batches)
+            dealt += [i for b in batches for i in b]
+            lengths.append(len(batches))
+        assert sorted(set(dealt)) == list(range(len(counts)))
+        assert lengths[0] == lengths[1]
+
+
 def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order():
     """Evaluation batches hold examples of similar length (longest first within each segment count), every example
     once; predict() gives each example the score it gets alone, ordered by the `index` column."""

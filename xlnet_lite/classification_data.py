@@ -242,14 +242,20 @@ class SegmentCountBatchSampler:
     `lengths` (evaluation), longest first within each segment count: a batch then holds texts of similar length
     and pads its last segments to about their own length, not to the longest of a random mix (often the full
     segment). The padding is masked, so the predictions are the same up to rounding (identical on 20 Newsgroups'
-    test split in fp32, benchmarks/bench_eval_order.py)."""
+    test split in fp32, benchmarks/bench_eval_order.py).
+
+    Batches hold up to `batch_size` examples, and each segment count's last one fewer, so the sampler tells
+    accelerate its batch size is not fixed (`batch_size` None): with several processes accelerate then deals whole
+    batches out, a process short of one at the end repeating an early batch, where with a fixed size it would skip
+    a round that ends in a short batch and top the last one up with examples of other segment counts."""
 
     def __init__(self, n_segments, batch_size, *, shuffle, seed=0, lengths=None):
         if shuffle and lengths is not None:
             raise ValueError("lengths orders evaluation batches; a shuffled sampler takes none")
         self.n_segments = np.asarray(n_segments)
         self.lengths = None if lengths is None else np.asarray(lengths)
-        self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+        self.max_batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+        self.batch_size = None  # for accelerate's BatchSamplerShard: batches of varying size
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -263,7 +269,7 @@ class SegmentCountBatchSampler:
                 idx = rng.permutation(idx)
             elif self.lengths is not None:
                 idx = idx[np.argsort(-self.lengths[idx], kind="stable")]
-            batches += [idx[i : i + self.batch_size].tolist() for i in range(0, len(idx), self.batch_size)]
+            batches += [idx[i : i + self.max_batch_size].tolist() for i in range(0, len(idx), self.max_batch_size)]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -273,7 +279,7 @@ class SegmentCountBatchSampler:
 
     def __len__(self):
         _, counts = np.unique(self.n_segments, return_counts=True)
-        return int(sum(math.ceil(c / self.batch_size) for c in counts))
+        return int(sum(math.ceil(c / self.max_batch_size) for c in counts))
 
 
 @dataclass
