@@ -97,7 +97,14 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     built = models(args)
     inputs = batch(args.batch_size, args.max_seq_length, 8000, args.num_labels)
-    logits = {name: inference(model, inputs) for name, (model, _) in built.items()}
+    logits, last_layer_rows = {}, {}
+    for name, (model, _) in built.items():  # and how many positions XLNet-Lite's last feed-forward computes
+        last_ff = model.transformer.layer[-1].ff
+        hook = None if name == "transformers" else last_ff.register_forward_hook(
+            lambda module, args, out, name=name: last_layer_rows.update({name: out.shape[1]}))
+        logits[name] = inference(model, inputs)
+        if hook is not None:
+            hook.remove()
     times = {name: {"train_step_s": [], "inference_s": []} for name in VARIANTS}
     for run in range(args.warmup + args.runs):
         order = VARIANTS[run % 3:] + VARIANTS[:run % 3]
@@ -128,6 +135,7 @@ def main(argv=None):
         "shapes": {"model_size": args.model_size, "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
                    "num_labels": args.num_labels, "threads": args.threads, "runs": args.runs, "warmup": args.warmup},
         "variants": rows,
+        "last_layer_rows": last_layer_rows,  # positions XLNet-Lite's last feed-forward computed, per sequence
         "logits_max_abs_diff": {
             "pooled_vs_whole_last_layer": float((logits[VARIANTS[1]] - logits[VARIANTS[2]]).abs().max()),
             "pooled_vs_transformers": float((logits[VARIANTS[1]] - logits[VARIANTS[0]]).abs().max()),

@@ -219,9 +219,13 @@ def predict(model, loader, accelerator, *, is_regression):
     for batch in tqdm(loader, desc="eval", leave=False, disable=not accelerator.is_local_main_process):
         logits = classify(model, batch, accelerator).logits
         pred = logits.squeeze(-1).float() if is_regression else logits.argmax(-1)
-        predictions.append(accelerator.gather(pred).cpu())
-        indices.append(accelerator.gather(batch["index"]).cpu())
+        # the processes' batches of one round may differ in size (a segment count's last batch is short): pad to
+        # gather, index -1 marking the padding
+        predictions.append(accelerator.gather(accelerator.pad_across_processes(pred, pad_index=-1)).cpu())
+        indices.append(accelerator.gather(accelerator.pad_across_processes(batch["index"], pad_index=-1)).cpu())
     predictions, indices = torch.cat(predictions).numpy(), torch.cat(indices).numpy()
+    real = indices >= 0
+    predictions, indices = predictions[real], indices[real]
     _, first = np.unique(indices, return_index=True)  # sorts, and drops duplicates added for even batches
     return predictions[first]
 

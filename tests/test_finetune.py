@@ -480,7 +480,7 @@ def test_the_classifier_benchmark_times_three_models_with_the_same_logits(tmp_pa
     assert set(report["variants"]) == set(bench_classifier.VARIANTS)
     for row in report["variants"].values():
         assert len(row["runs"]["train_step_s"]) == 2 and row["train_step_s"] > 0 and row["inference_s"] > 0
-    assert report["variants"]["xlnet_lite_whole_last_layer"]["train_time_vs_whole_last_layer"] == 1.0
+    assert report["last_layer_rows"] == {"xlnet_lite_pooled_position": 1, "xlnet_lite_whole_last_layer": 16}
     assert report["logits_max_abs_diff"]["pooled_vs_whole_last_layer"] < 1e-5
     assert report["logits_max_abs_diff"]["pooled_vs_transformers"] < 1e-4
     assert json.loads((tmp_path / "classifier.json").read_text())["shapes"]["model_size"] == "tiny"
@@ -499,21 +499,23 @@ def test_same_seed_same_losses(tmp_path, pretrained):
 
 def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
     """With N processes each epoch is len(data) / (batch * N) optimizer steps: the schedule and the epoch ends are
-    sized from the sharded loader (16 examples, batch 4, 2 ranks: 2 steps an epoch)."""
+    sized from the sharded loader (16 examples, batch 4, 2 ranks: 2 steps an epoch). Evaluation deals batches of 4
+    and 3 validation examples to the two ranks, and gathers every prediction once."""
     rows = sentiment_rows(repeat=2)[:16]
     assert len(rows) == 16
     write_rows(tmp_path / "train.csv", rows)
-    write_rows(tmp_path / "dev.csv", rows[:6])
+    write_rows(tmp_path / "dev.csv", rows[:7])
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(ROOT / "finetune" / "run_glue.py"), "--model_name_or_path", str(pretrained), "--train_file",
            str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "dev.csv"), "--output_dir", str(tmp_path / "out"),
-           "--num_train_epochs", "2", "--per_device_train_batch_size", "4", "--max_seq_length", "16",
-           "--learning_rate", "1e-3", "--num_warmup_steps", "1", "--logging_steps", "1"]
+           "--num_train_epochs", "2", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
+           "--max_seq_length", "16", "--learning_rate", "1e-3", "--num_warmup_steps", "1", "--logging_steps", "1"]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     history = json.loads((tmp_path / "out" / "history.json").read_text())
     assert [(h["step"], h["epoch"]) for h in history] == [(2, 1), (4, 2)]
+    assert all(round(h["eval_accuracy"] * 7, 6).is_integer() for h in history)  # a share of the 7 examples
     rates = [m["learning_rate"] for m in map(json.loads, (tmp_path / "out" / "metrics.jsonl").read_text().splitlines())
              if "learning_rate" in m]
     assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it

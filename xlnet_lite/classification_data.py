@@ -247,7 +247,8 @@ class SegmentCountBatchSampler:
     Batches hold up to `batch_size` examples, and each segment count's last one fewer, so the sampler tells
     accelerate its batch size is not fixed (`batch_size` None): with several processes accelerate then deals whole
     batches out, a process short of one at the end repeating an early batch, where with a fixed size it would skip
-    a round that ends in a short batch and top the last one up with examples of other segment counts."""
+    a round that ends in a short batch and top the last one up with examples of other segment counts. (accelerate's
+    split_batches mode needs a fixed size, so it is not available with this sampler.)"""
 
     def __init__(self, n_segments, batch_size, *, shuffle, seed=0, lengths=None):
         if shuffle and lengths is not None:
