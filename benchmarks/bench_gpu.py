@@ -132,12 +132,13 @@ def main(argv=None):
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
     result = dict(command=" ".join(["python"] + sys.argv), device=torch.cuda.get_device_name(device),
-                  torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs, warmup=args.warmup,
-                  configs={name: run_config(args, name, device) for name in args.config})
+                  torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs, warmup=args.warmup, configs={})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\nwrote {out}")
+    for name in args.config:  # written after each config, so a run stopped by a time limit keeps what it measured
+        result["configs"][name] = run_config(args, name, device)
+        out.write_text(json.dumps(result, indent=1))
+        print(f"\nwrote {out}")
     return result
 
 
