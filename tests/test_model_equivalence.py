@@ -284,3 +284,37 @@ def test_positions_to_keep_is_for_the_content_stream_only():
     perm_mask, target_mapping = xlnet_masks(B, T, P)
     with pytest.raises(ValueError, match="positions_to_keep"):
         lite(ids(), perm_mask=perm_mask, target_mapping=target_mapping, positions_to_keep=slice(-1, None))
+
+
+def test_segment_dims_padded_to_a_multiple_of_8_change_nothing(impl, monkeypatch):
+    """On CUDA the q.k product carries zero segment dims until D + C is a multiple of 8 (SDPA's fused kernels take no
+    other head size). Padded here on the CPU as on CUDA: the loss and every gradient still equal transformers'."""
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    seg = torch.tensor([[0, 1, 2]])
+    assert modeling.segment_dims(seg, 64) == 3  # CPU: one dim per segment id, nothing added
+    padded = []
+
+    def as_on_cuda(seg_keys, d_head):
+        classes = int(seg_keys.max()) + 1
+        padded.append(classes + (-(d_head + classes) % 8))
+        return padded[-1]
+
+    monkeypatch.setattr(modeling, "segment_dims", as_on_cuda)
+    hf, lite = twins()
+    lite.config._attn_implementation = impl
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=5)
+    tt = torch.zeros(B, T, dtype=torch.long)
+    tt[:, 6:-1], tt[:, -1] = 1, 2
+    inputs = dict(input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping,
+                  labels=ids(4, length=P))
+    losses = []
+    for model in (hf, lite):
+        model.train()
+        losses.append(model(**inputs).loss)
+        losses[-1].backward()
+    assert padded and all((lite.config.d_head + c) % 8 == 0 and c > 3 for c in padded)
+    close(losses[1], losses[0])
+    lite_params = dict(lite.named_parameters())
+    for name, p in hf.named_parameters():
+        torch.testing.assert_close(lite_params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)

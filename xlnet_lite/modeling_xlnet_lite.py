@@ -162,6 +162,14 @@ class AttentionInputs:
     no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
 
 
+def segment_dims(seg_keys, d_head):
+    """How many one-hot segment dims the q.k product carries: one per segment id (max id + 1), and on CUDA zero dims
+    more until D + C is a multiple of 8, the head sizes SDPA's fused kernels (memory-efficient, cuDNN) take; with
+    another size it falls back to the math kernel. A zero dim adds nothing to a score."""
+    classes = int(seg_keys.max()) + 1
+    return classes + (-(d_head + classes) % 8 if seg_keys.is_cuda else 0)
+
+
 def blocked_positions(*, perm_mask, pad_mask, attn_type, same_length, qlen, mlen, device, mem_pad=None):
     """The one place where public masks become the internal "may NOT attend" mask (True = blocked).
 
@@ -857,7 +865,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
-            seg_classes=int(seg_keys.max()) + 1 if seg_keys is not None and shortcuts else 0,
+            seg_classes=segment_dims(seg_keys, cfg.d_head) if seg_keys is not None and shortcuts else 0,
             query_pos=query_pos,
             query_valid=query_valid,
         )
