@@ -30,6 +30,7 @@ import torch
 from accelerate.utils import send_to_device
 
 from benchmarks import bench_model as bm
+from benchmarks.environment import environment
 
 CONFIGS = {
     "base": dict(vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072, batch=32, seq_len=512,
@@ -132,7 +133,7 @@ def main(argv=None):
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
     result = dict(command=" ".join(["python"] + sys.argv), device=torch.cuda.get_device_name(device),
-                  torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs, warmup=args.warmup, configs={})
+                  environment=environment(), torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs, warmup=args.warmup, configs={})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.config:  # written after each config, so a run stopped by a time limit keeps what it measured
