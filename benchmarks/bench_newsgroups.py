@@ -142,10 +142,14 @@ def main(argv=None):
     parser.add_argument("--runs_dir", default="benchmarks/runs/newsgroups")
     parser.add_argument("--out", default="benchmarks/results/newsgroups.json")
     parser.add_argument("--plot")
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                        help="Where the finetuning runs train: the CPU (OMP_NUM_THREADS threads) or one GPU.")
     args = parser.parse_args(argv)
     args.labels_per_class = [b if b == "all" else int(b) for b in args.labels_per_class]
-    args.launcher = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-                     "--num_cpu_threads_per_process", os.environ.get("OMP_NUM_THREADS", "2"), "--dynamo_backend", "no"]
+    where = (["--cpu", "--num_cpu_threads_per_process", os.environ.get("OMP_NUM_THREADS", "2")]
+             if args.device == "cpu" else ["--gpu_ids", "0"])
+    args.launcher = [sys.executable, "-m", "accelerate.commands.launch", *where, "--num_processes", "1", "--num_machines", "1",
+                     "--dynamo_backend", "no"]
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     splits = load_splits(embedded_task=args.embedded_task)
     summary = {}
@@ -158,7 +162,7 @@ def main(argv=None):
                "environment": environment(), "pretrained": args.pretrained,
                "pretraining_results": json.loads(Path(args.pretrained, "results.json").read_text()),
                "embedded_task": args.embedded_task, "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid,
-               "seeds": args.seeds, "arms": args.arms,
+               "seeds": args.seeds, "arms": args.arms, "device": args.device,
                "summary": {str(k): v for k, v in summary.items()},
                "runs": sorted((json.loads(p.read_text()) for p in Path(args.runs_dir).glob("*.json")),
                               key=lambda r: r["name"])}
