@@ -21,7 +21,6 @@ time / the bf16 matmul peak measured at the start and end of each config (8192^3
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from accelerate.utils import send_to_device
 
 from benchmarks import bench_model as bm
 from benchmarks.environment import environment
+from xlnet_lite.training import write_json
 
 CONFIGS = {
     "base": dict(vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072, batch=32, seq_len=512,
@@ -133,12 +133,13 @@ def main(argv=None):
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
     result = dict(command=" ".join(["python"] + sys.argv), device=torch.cuda.get_device_name(device),
-                  environment=environment(), torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs, warmup=args.warmup, configs={})
+                  environment=environment(), torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs,
+                  warmup=args.warmup, configs={})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for name in args.config:  # written after each config, so a run stopped by a time limit keeps what it measured
+    for name in args.config:  # written after each config: a run stopped by a time limit keeps what it measured
         result["configs"][name] = run_config(args, name, device)
-        out.write_text(json.dumps(result, indent=1))
+        write_json(out, result)  # atomic: a kill while writing keeps the last complete file
         print(f"\nwrote {out}")
     return result
 

@@ -36,7 +36,8 @@ def environment() -> dict:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "commit": _git("rev-parse", "--short", "HEAD"),
-        "uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "uncommitted_changes": None if (status := _git("status", "--porcelain", "--untracked-files=no")) is None
+        else bool(status),  # None: no git (a copy of the tree without its history)
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

