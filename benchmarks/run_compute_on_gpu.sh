@@ -20,12 +20,7 @@ WORK=${WORK:-/tmp/xlnet_lite_compute}
 compile=()
 [ "${COMPILE:-0}" = 1 ] && compile=(--torch_compile)
 mkdir -p "$OUT" "$WORK"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 pretrain=$WORK/pretrain_${MINUTES}min
 {
     date -u

@@ -14,12 +14,7 @@
 set -u -o pipefail  # a part's status is its command's, not tee's
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 export TOKENIZERS_PARALLELISM=false
 {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
