@@ -8,7 +8,8 @@ Reads result files of `benchmarks.bench_newsgroups`. Each file gives, per number
 pretraining's steps and tokens come with it) and possibly the random-init arm and TF-IDF; a file run with `--arms
 pretrained` takes its random-init reference from another file with the same labels and finetuning flags (the random
 arm depends only on the architecture, the tokenizer and those flags, not on the pretraining), also from the files
-given with --reference, which add no points. FLOPs are the usual
+given with --reference, which add no points. A point finetuned on a GPU (`--device gpu`) is held against a random-init
+arm finetuned on a GPU too; TF-IDF does not depend on the device. FLOPs are the usual
 estimate, 6 x parameters x tokens. Only pretrainings with the recipe's default objective and schedule belong on
 one curve: pass those files only.
 """
@@ -22,28 +23,31 @@ from pathlib import Path
 
 def load_points(paths, reference_paths=()):
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
-    references = {}  # (labels, finetune flags) -> random-init arm and TF-IDF
+    random_arms, tfidf_rows = {}, {}  # (labels, flags, device) -> random-init arm; (labels, flags) -> TF-IDF row
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
         for labels, arms in data["summary"].items():
-            key = (labels, data["finetune_flags"])
-            for arm in ("random_init", "tfidf"):
-                if arm in arms:
-                    references.setdefault(key, {})[arm] = arms[arm]
+            if "random_init" in arms:
+                random_arms[(labels, data["finetune_flags"], data.get("device", "cpu"))] = arms["random_init"]
+            if "tfidf" in arms:
+                tfidf_rows[(labels, data["finetune_flags"])] = arms["tfidf"]
     points = []
     for path, data in files:
         pretraining = data["pretraining_results"]
+        device = data.get("device", "cpu")
         for labels, arms in data["summary"].items():
             if "pretrained" not in arms:
                 continue
-            ref = references.get((labels, data["finetune_flags"]), {})
+            ref = {"tfidf": tfidf_rows.get((labels, data["finetune_flags"]), {})}
+            if (labels, data["finetune_flags"], device) in random_arms:
+                ref["random_init"] = random_arms[(labels, data["finetune_flags"], device)]
             if "random_init" not in ref:
                 raise SystemExit(f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
-                                 f"{data['finetune_flags']!r} in any file given")
+                                 f"{data['finetune_flags']!r} on the {device} in any file given")
             p, r = arms["pretrained"]["test_accuracy"], ref["random_init"]["test_accuracy"]
             tfidf = ref.get("tfidf", {}).get("test_accuracy")
             points.append({
                 "labels_per_class": labels, "finetune_flags": data["finetune_flags"], "file": path,
-                "machine": data.get("environment", {}).get("cpu"),
+                "machine": data.get("environment", {}).get("gpu" if device == "gpu" else "cpu"), "device": device,
                 "train_examples": ref.get("tfidf", {}).get("train_examples"),
                 "pretraining_steps": pretraining["steps"], "pretraining_tokens": pretraining["train_tokens_seen"],
                 "pretraining_flops": 6 * pretraining["parameters"] * pretraining["train_tokens_seen"],
@@ -81,6 +85,10 @@ def plot(points, path):
         if all(q["gain_over_tfidf"] is not None for q in line):
             ax.plot(x, [100 * q["gain_over_tfidf"] for q in line], ls="--", marker="x", color=shown[0].get_color(),
                     label=f"{labels} labels/group: pretrained - TF-IDF")
+    on_gpu = [q for q in points if q.get("device") == "gpu"]
+    if on_gpu:
+        ax.plot([q["pretraining_tokens"] / 1e6 for q in on_gpu], [100 * q["gain_over_random_init"] for q in on_gpu],
+                ls="none", marker="s", ms=11, mfc="none", color="black", label="pretrained on a GPU")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
@@ -112,7 +120,8 @@ def main(argv=None):
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
         print(f"| {q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
-              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({q['pretraining_precision']}) | "
+              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({q['pretraining_precision']}"
+              f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
               f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
               f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
               f"{tfidf or ' | '} |")

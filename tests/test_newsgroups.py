@@ -187,6 +187,21 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
     assert [p["pretraining_steps"] for p in points] == [600, 5940]
     assert [round(100 * p["gain_over_random_init"], 1) for p in points] == [-22.0, 4.0]
     assert points[0]["random_init"] == points[1]["random_init"] == pytest.approx(0.48)
+    # a GPU point: its pretrained and random arms in two files of one run; TF-IDF comes from the CPU file
+    gpu = {}
+    for arm, values in (("pretrained", [0.50, 0.51, 0.52]), ("random_init", [0.46, 0.47, 0.48])):
+        data = json.loads(bench_file(tmp_path / f"gpu_{arm}.json", "50", values, values, 0.0, steps=7238).read_text())
+        data["summary"]["50"] = {arm: data["summary"]["50"][arm]}
+        data.update(device="gpu", pretrained="/tmp/pretrain_4min", environment={"cpu": "its CPU", "gpu": "a test GPU"})
+        (tmp_path / f"gpu_{arm}.json").write_text(json.dumps(data))
+        gpu[arm] = str(tmp_path / f"gpu_{arm}.json")
+    capsys.readouterr()
+    compute_curve.main([str(long), gpu["pretrained"], "--reference", gpu["random_init"], "--out", str(tmp_path / "g.json")])
+    cpu_point, point = json.loads((tmp_path / "g.json").read_text())["points"]
+    assert (point["random_init"], point["tfidf"], point["machine"]) == (pytest.approx(0.47), 0.68, "a test GPU")
+    assert cpu_point["random_init"] == pytest.approx(0.48)  # a GPU's random arm is no reference for CPU points
+    assert "| 50 | 7,238 | 14.8M | 4.9e+14 | 20.1 (bf16, a test GPU) | -2.20 | 0.510 ± 0.010 | 0.470 ± 0.010 | +4.0 | " \
+           "0.680 | -17.0 |" in capsys.readouterr().out
     other_flags = bench_file(tmp_path / "flags.json", "50", [0.3] * 3, [0.0] * 3, 0.0, steps=600, flags="-e 2")
     data = json.loads(other_flags.read_text())
     del data["summary"]["50"]["random_init"]
