@@ -293,6 +293,27 @@ def test_time_budget_schedule_decays_to_zero_at_the_deadline():
         training.TimeBudget(1.0, warmup_steps=0, schedule="polynomial")
 
 
+def test_time_budget_schedule_follows_the_steps_left_at_the_current_pace():
+    steady = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
+    for k in range(1, 31):
+        steady.tick(float(k))  # 1 s a step: the share of the steps is the share of the time
+    assert steady.lr_lambda(30) == pytest.approx(0.5)
+    compiled = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
+    compiled.tick(20.0)  # a first step that compiles for 20 s, then 0.5 s a step
+    for k in range(1, 21):
+        compiled.tick(20.0 + 0.5 * k)
+    # 21 steps in 30 s, 30 s left at 0.5 s a step = 60 steps more: 21 of 81 done (the clock alone would say half)
+    assert compiled.lr_lambda(21) == pytest.approx(1 - 21 / 81) and compiled.pace == [0.5] * 16
+    loop = training.TrainLoop(None, None, None, None, None, checkpoints_dir=None, budget=compiled)
+    loop.elapsed = compiled.elapsed
+    resumed = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
+    training.TrainLoop(None, None, None, None, None, checkpoints_dir=None, budget=resumed).load_state_dict(
+        json.loads(json.dumps(loop.state_dict())))  # as a checkpoint keeps it
+    assert resumed.lr_lambda(21) == compiled.lr_lambda(21)
+    compiled.tick(60.0)
+    assert compiled.lr_lambda(22) == 0.0 and compiled.expired()
+
+
 def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path):
     args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000")
     i = args.index("--max_steps")

@@ -702,35 +702,54 @@ def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_pr
 
 class TimeBudget:
     """A wall-clock budget for the optimizer steps (`--max_train_minutes`): the learning rate warms up over the first
-    `warmup_steps` steps, then decays to zero at the deadline (linear or cosine in the fraction of the budget spent,
-    as "How to Train BERT with an Academic Budget" and "Cramming" tie the schedule to the time left), and training
-    stops there. The clock counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes,
-    kept in checkpoints), not evaluation or checkpoint writing. A run's step count then depends on the machine's
-    speed, so two runs are not bit-identical as step-bounded ones are."""
+    `warmup_steps` steps, then decays to zero at the deadline (linear or cosine, as "How to Train BERT with an Academic
+    Budget" and "Cramming" tie the schedule to the time left), and training stops there. The decay follows the
+    fraction of the run's steps done, the steps still to come estimated from the time left at the current pace (the
+    median of the last `PACE_STEPS` steps): at a steady pace that is the fraction of the time spent, and the seconds a
+    first step spends compiling (`--torch_compile`: 80 s of a 4-minute GPU run) do not use up the schedule. The clock
+    counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes, kept in checkpoints with
+    the pace), not evaluation or checkpoint writing. A run's step count then depends on the machine's speed, so two
+    runs are not bit-identical as step-bounded ones are."""
 
     SCHEDULES = ("linear", "cosine", "constant_with_warmup")
+    PACE_STEPS = 16
 
     def __init__(self, minutes: float, *, warmup_steps: int, schedule: str = "linear"):
         if schedule not in self.SCHEDULES:
             raise RecipeError(f"--lr_scheduler_type {schedule} cannot follow a time budget (--max_train_minutes); use "
                               f"one of {', '.join(self.SCHEDULES)}")
         self.seconds, self.warmup_steps, self.schedule = minutes * 60.0, warmup_steps, schedule
-        self.elapsed = 0.0  # set by the training loop before each scheduler step
+        self.elapsed = 0.0  # the clock at the end of the last optimizer step
+        self.pace: list[float] = []  # the last PACE_STEPS steps' seconds
 
-    def fraction(self) -> float:
-        return min(self.elapsed / self.seconds, 1.0)
+    def tick(self, elapsed: float):
+        """The clock at the end of an optimizer step (before its scheduler step)."""
+        self.pace = [*self.pace, elapsed - self.elapsed][-self.PACE_STEPS:]
+        self.elapsed = elapsed
+
+    def fraction(self, steps_done: int = 0) -> float:
+        """The share of the run's steps done, at the current pace; the share of the time spent before any pace."""
+        if self.elapsed >= self.seconds:
+            return 1.0
+        if not steps_done or not self.pace:
+            return self.elapsed / self.seconds
+        pace = max(sorted(self.pace)[len(self.pace) // 2], 1e-9)
+        return steps_done / (steps_done + (self.seconds - self.elapsed) / pace)
 
     def expired(self) -> bool:
         return self.elapsed >= self.seconds
 
     def lr_lambda(self, step: int) -> float:
-        """The smaller of the warmup ramp (by steps) and the decay (by time): continuous at the warmup's end, and zero
-        at the deadline even when the deadline falls inside the warmup."""
+        """The smaller of the warmup ramp (by steps) and the decay (by the share of the steps done): continuous at the
+        warmup's end, and zero at the deadline even when the deadline falls inside the warmup."""
         warmup = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
         if self.schedule == "constant_with_warmup":
             return warmup
-        done = self.fraction()
+        done = self.fraction(step)
         return min(warmup, 1.0 - done if self.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * done)))
+
+    def load_state_dict(self, state):
+        self.elapsed, self.pace = state["elapsed"], list(state.get("pace", []))
 
 
 def make_budget_scheduler(optimizer, budget: TimeBudget, *, num_processes):
@@ -859,7 +878,7 @@ class TrainLoop:
         clock = torch.tensor([elapsed], dtype=torch.float64, device=self.accelerator.device)
         if self.accelerator.num_processes > 1:
             clock = self.accelerator.reduce(clock, "max")
-        self.budget.elapsed = float(clock.item())
+        self.budget.tick(float(clock.item()))
 
     def _nonfinite(self, loss, step) -> bool:
         """Agreed across ranks: one rank's NaN skips (or stops) every rank, so no rank waits for another."""
@@ -889,12 +908,15 @@ class TrainLoop:
         return record
 
     def state_dict(self):
-        return {"skipped": self.skipped, "elapsed": self.elapsed}
+        state = {"skipped": self.skipped, "elapsed": self.elapsed}
+        if self.budget is not None:
+            state["budget_pace"] = list(self.budget.pace)
+        return state
 
     def load_state_dict(self, state):
         self.skipped, self.elapsed = state.get("skipped", 0), state.get("elapsed", 0.0)
         if self.budget is not None:
-            self.budget.elapsed = self.elapsed
+            self.budget.load_state_dict({"elapsed": self.elapsed, "pace": state.get("budget_pace", [])})
 
 
 # ---------------------------------------------------------------------------------------------------------
