@@ -7,8 +7,10 @@ Configs: "base" is XLNet-base's layout (d_model 768, 12 layers, 12 heads, d_inne
 pretraining shapes (B 32, T 512, reuse_len 256, a full 384-token memory, P 85 = T/6, dropout 0.1); "small" is
 benchmarks/bench_model.py's (the pretraining recipe's preset and shapes). The variants are bench_model's bf16 ones,
 built the same way (same weights, batch and memory) and moved to the GPU: transformers under torch.autocast("cuda",
-bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; both compiled (torch.compile(fullgraph=True,
-dynamic=False); the first step, compilation included, is reported apart).
+bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; SDPA with the segment term added to the
+positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head size D rather than D + 8); both
+kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
+apart).
 
 A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
 --runs runs after --warmup, the variants alternating (the order rotating every run). Memory: the most the CUDA
@@ -24,6 +26,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 from accelerate.utils import send_to_device
@@ -37,7 +40,37 @@ CONFIGS = {
                  num_predict=85, mem_len=384, reuse_len=256, dropout=0.1),
     "small": bm.CONFIGS["small"],
 }
-NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16"]
+NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_compiled_bf16",
+         "lite_eager_compiled_bf16"]
+SEGMENT_AS_BIAS = {"lite_sdpa_segbias_bf16": "lite_sdpa_bf16"}  # the same variant with the segment term as a bias
+
+
+def segment_as_bias(variant):
+    """The variant with the segment term added to the positional bias (as under torch.compile) instead of one-hot
+    dims on q and k: SDPA's head size stays D (64 in base, its 64-wide kernels) where the padded dims make it 72."""
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    inner = variant.forward
+
+    def forward(*args, **kwargs):
+        with mock.patch.object(modeling, "segment_dims", lambda seg_keys, d_head: 0):
+            return inner(*args, **kwargs)
+
+    variant.forward = forward
+    return variant
+
+
+def build(cfg, names):
+    """bench_model's variants on the CPU (same weights, batch and memory), the segment-as-bias ones built as their
+    twins and wrapped."""
+    plain = [n for n in names if n not in SEGMENT_AS_BIAS]
+    variants = bm.build_variants(cfg, plain)[4]
+    for n in names:
+        if n in SEGMENT_AS_BIAS:
+            twin = SEGMENT_AS_BIAS[n]
+            variants[n] = segment_as_bias(bm.build_variants(cfg, [twin])[4][twin])
+            variants[n].name = n
+    return {n: variants[n] for n in names}
 
 
 def to_gpu(variant, device):
@@ -80,11 +113,10 @@ def step_memory(variant):
 def run_config(args, name, device):
     cfg = CONFIGS[name]
     tokens = cfg["batch"] * cfg["seq_len"]
-    names = [n for n in NAMES if not (args.no_compile and bm.VARIANTS[n][3])]
+    names = [n for n in NAMES if not (args.no_compile and bm.VARIANTS[SEGMENT_AS_BIAS.get(n, n)][3])]
     print(f"\n=== {name}: {cfg}", flush=True)
     peak = bf16_peak(device)
-    _, _, _, _, variants = bm.build_variants(cfg, names)  # on the CPU, as bench_model builds them; then moved
-    variants = {n: to_gpu(v, device) for n, v in variants.items()}
+    variants = {n: to_gpu(v, device) for n, v in build(cfg, names).items()}  # built on the CPU, then moved
     first = {}
     for n, v in variants.items():
         t0 = time.perf_counter()
@@ -100,7 +132,7 @@ def run_config(args, name, device):
     rows = {}
     for n in names:
         t = bm.median(times[n])
-        f = flops[bm.EAGER_TWIN.get(n, n)]  # a compiled model does its eager twin's FLOPs
+        f = flops[bm.EAGER_TWIN.get(n, n)]  # a compiled model does its eager twin's FLOPs (the segment bias: its own)
         rows[n] = dict(train_median_s=t, train_times_s=times[n], train_tokens_per_s=tokens / t,
                        train_gflop=f / 1e9, train_mfu=f / t / peak_flops, step_memory_bytes=memory[n],
                        first_train_step_s=first[n])

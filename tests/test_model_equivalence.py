@@ -305,6 +305,25 @@ def test_segment_dims_padded_to_a_multiple_of_8_change_nothing(impl, monkeypatch
         return widths[-1]
 
     monkeypatch.setattr(modeling, "segment_dims", as_on_cuda)
+    segment_step_matches_transformers(impl)
+    assert widths and set(widths) == {8}  # d_head 8 and 3 segment ids: 5 zero dims
+
+
+def test_segment_term_as_a_bias_in_eager_mode_changes_nothing(impl, monkeypatch):
+    """With no one-hot segment dims (seg_classes 0, as under torch.compile) the segment term joins the positional
+    bias instead, and the head size stays D: benchmarks/bench_gpu.py's lite_sdpa_segbias_bf16 row times that on
+    CUDA. The loss and every gradient still equal transformers'."""
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    calls = []
+    monkeypatch.setattr(modeling, "segment_dims", lambda seg_keys, d_head: calls.append(d_head) or 0)
+    segment_step_matches_transformers(impl)
+    assert calls
+
+
+def segment_step_matches_transformers(impl):
+    """A training step with 3 segment ids, perm_mask and targets: XLNet-Lite's loss and gradients against
+    transformers'."""
     hf, lite = twins()
     lite.config._attn_implementation = impl
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=5)
@@ -317,8 +336,31 @@ def test_segment_dims_padded_to_a_multiple_of_8_change_nothing(impl, monkeypatch
         model.train()
         losses.append(model(**inputs).loss)
         losses[-1].backward()
-    assert widths and set(widths) == {8}  # d_head 8 and 3 segment ids: 5 zero dims
     close(losses[1], losses[0])
     lite_params = dict(lite.named_parameters())
     for name, p in hf.named_parameters():
         torch.testing.assert_close(lite_params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims():
+    """benchmarks/bench_gpu.py's lite_sdpa_segbias_bf16 is lite_sdpa_bf16 (same weights, batch and memory) with the
+    segment term as a bias: the same loss, and no one-hot dims while it runs. Checked on the CPU in fp32."""
+    from benchmarks import bench_gpu
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
+               mem_len=6, reuse_len=6, dropout=0.0)
+    variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_segbias_bf16"])
+    widths = []
+    real = modeling.segment_dims
+    modeling.segment_dims = lambda seg_keys, d_head: widths.append(real(seg_keys, d_head)) or widths[-1]
+    try:
+        losses = {}
+        for name, variant in variants.items():
+            variant.autocast_dtype = None
+            losses[name] = variant.forward(**variant.inputs).loss
+            widths.append(name)
+    finally:
+        modeling.segment_dims = real
+    assert widths[0] > 0 and widths[1] == "lite_sdpa_bf16" and widths[2] == "lite_sdpa_segbias_bf16"
+    close(losses["lite_sdpa_segbias_bf16"], losses["lite_sdpa_bf16"])

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -293,25 +294,27 @@ def test_time_budget_schedule_decays_to_zero_at_the_deadline():
         training.TimeBudget(1.0, warmup_steps=0, schedule="polynomial")
 
 
-def test_time_budget_schedule_follows_the_steps_left_at_the_current_pace():
-    steady = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
-    for k in range(1, 31):
-        steady.tick(float(k))  # 1 s a step: the share of the steps is the share of the time
-    assert steady.lr_lambda(30) == pytest.approx(0.5)
-    compiled = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
-    compiled.tick(20.0)  # a first step that compiles for 20 s, then 0.5 s a step
-    for k in range(1, 21):
-        compiled.tick(20.0 + 0.5 * k)
-    # 21 steps in 30 s, 30 s left at 0.5 s a step = 60 steps more: 21 of 81 done (the clock alone would say half)
-    assert compiled.lr_lambda(21) == pytest.approx(1 - 21 / 81) and compiled.pace == [0.5] * 16
-    loop = training.TrainLoop(None, None, None, None, None, checkpoints_dir=None, budget=compiled)
-    loop.elapsed = compiled.elapsed
+def test_time_budget_schedule_leaves_compiling_out():
+    """Steps that compiled count toward the deadline, not the schedule: after a 20 s compile of a 60 s budget the
+    rate starts from the top and decays over the 40 s left, non-decreasing in its fraction; the compiling time is
+    kept in checkpoints; and compiled_frames() sees torch.compile compile."""
+    budget = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
+    loop = training.TrainLoop(None, SimpleNamespace(device="cpu", num_processes=1), None, None, None,
+                              checkpoints_dir=None, budget=budget)
+    fractions = []
+    for elapsed, compiling in ((20.0, 20.0), (21.0, 0.0), (25.0, 4.0), (40.0, 0.0), (50.0, 0.0), (60.0, 0.0)):
+        loop._tick_budget(elapsed, compiling)
+        fractions.append(budget.fraction())
+    assert fractions == pytest.approx([0.0, 1 / 40, 1 / 36, 16 / 36, 26 / 36, 1.0])  # 60 s would say 1/3 at first
+    assert budget.lr_lambda(3) == 0.0 and budget.expired()
+    loop.elapsed = 50.0
     resumed = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
     training.TrainLoop(None, None, None, None, None, checkpoints_dir=None, budget=resumed).load_state_dict(
         json.loads(json.dumps(loop.state_dict())))  # as a checkpoint keeps it
-    assert resumed.lr_lambda(21) == compiled.lr_lambda(21)
-    compiled.tick(60.0)
-    assert compiled.lr_lambda(22) == 0.0 and compiled.expired()
+    assert (resumed.elapsed, resumed.compiling) == (50.0, 24.0) and resumed.fraction() == pytest.approx(26 / 36)
+    before = training.compiled_frames()
+    torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
+    assert training.compiled_frames() > before
 
 
 def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path):

@@ -702,54 +702,48 @@ def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_pr
 
 class TimeBudget:
     """A wall-clock budget for the optimizer steps (`--max_train_minutes`): the learning rate warms up over the first
-    `warmup_steps` steps, then decays to zero at the deadline (linear or cosine, as "How to Train BERT with an Academic
-    Budget" and "Cramming" tie the schedule to the time left), and training stops there. The decay follows the
-    fraction of the run's steps done, the steps still to come estimated from the time left at the current pace (the
-    median of the last `PACE_STEPS` steps): at a steady pace that is the fraction of the time spent, and the seconds a
-    first step spends compiling (`--torch_compile`: 80 s of a 4-minute GPU run) do not use up the schedule. The clock
-    counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes, kept in checkpoints with
-    the pace), not evaluation or checkpoint writing. A run's step count then depends on the machine's speed, so two
-    runs are not bit-identical as step-bounded ones are."""
+    `warmup_steps` steps, then decays to zero at the deadline (linear or cosine in the fraction of the budget spent,
+    as "How to Train BERT with an Academic Budget" and "Cramming" tie the schedule to the time left), and training
+    stops there. The clock counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes,
+    kept in checkpoints), not evaluation or checkpoint writing. Steps during which `torch.compile` compiled count
+    toward the deadline but not toward the schedule: the decay runs over the time left after them (`--torch_compile`
+    spent the first 80 s of a 4-minute GPU run compiling), so compiling does not use up a short run's schedule. A
+    run's step count then depends on the machine's speed, so two runs are not bit-identical as step-bounded ones are."""
 
     SCHEDULES = ("linear", "cosine", "constant_with_warmup")
-    PACE_STEPS = 16
 
     def __init__(self, minutes: float, *, warmup_steps: int, schedule: str = "linear"):
         if schedule not in self.SCHEDULES:
             raise RecipeError(f"--lr_scheduler_type {schedule} cannot follow a time budget (--max_train_minutes); use "
                               f"one of {', '.join(self.SCHEDULES)}")
         self.seconds, self.warmup_steps, self.schedule = minutes * 60.0, warmup_steps, schedule
-        self.elapsed = 0.0  # the clock at the end of the last optimizer step
-        self.pace: list[float] = []  # the last PACE_STEPS steps' seconds
+        self.elapsed = 0.0  # set by the training loop before each scheduler step
+        self.compiling = 0.0  # of which, seconds of steps that compiled
 
-    def tick(self, elapsed: float):
-        """The clock at the end of an optimizer step (before its scheduler step)."""
-        self.pace = [*self.pace, elapsed - self.elapsed][-self.PACE_STEPS:]
-        self.elapsed = elapsed
-
-    def fraction(self, steps_done: int = 0) -> float:
-        """The share of the run's steps done, at the current pace; the share of the time spent before any pace."""
+    def fraction(self) -> float:
+        """The share of the budget spent, compiling left out of both: non-decreasing from step to step."""
         if self.elapsed >= self.seconds:
             return 1.0
-        if not steps_done or not self.pace:
-            return self.elapsed / self.seconds
-        pace = max(sorted(self.pace)[len(self.pace) // 2], 1e-9)
-        return steps_done / (steps_done + (self.seconds - self.elapsed) / pace)
+        return max(self.elapsed - self.compiling, 0.0) / (self.seconds - self.compiling)
 
     def expired(self) -> bool:
         return self.elapsed >= self.seconds
 
     def lr_lambda(self, step: int) -> float:
-        """The smaller of the warmup ramp (by steps) and the decay (by the share of the steps done): continuous at the
-        warmup's end, and zero at the deadline even when the deadline falls inside the warmup."""
+        """The smaller of the warmup ramp (by steps) and the decay (by time): continuous at the warmup's end, and zero
+        at the deadline even when the deadline falls inside the warmup."""
         warmup = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
         if self.schedule == "constant_with_warmup":
             return warmup
-        done = self.fraction(step)
+        done = self.fraction()
         return min(warmup, 1.0 - done if self.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * done)))
 
-    def load_state_dict(self, state):
-        self.elapsed, self.pace = state["elapsed"], list(state.get("pace", []))
+
+def compiled_frames() -> int:
+    """How many frames torch.compile (dynamo) has compiled in this process so far: a step that raised it compiled."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["ok"]
 
 
 def make_budget_scheduler(optimizer, budget: TimeBudget, *, num_processes):
@@ -847,6 +841,7 @@ class TrainLoop:
         """One optimizer step: each item of `micro_batches` computes one micro-batch's loss. Returns the step's
         mean loss, or None when a non-finite loss made it skip (--skip_nonfinite)."""
         acc, start, losses, skip = self.accelerator, time.perf_counter(), [], False
+        frames = compiled_frames() if self.budget is not None else 0
         for compute_loss in micro_batches:
             with acc.accumulate(self.model):
                 loss = compute_loss()
@@ -859,7 +854,8 @@ class TrainLoop:
                             acc.clip_grad_norm_(self.model.parameters(), self.a.max_grad_norm)
                         self.optimizer.step()
                         if self.budget is not None:  # the next learning rate from the clock at this step's end
-                            self._tick_budget(self.elapsed + time.perf_counter() - start)
+                            took = time.perf_counter() - start
+                            self._tick_budget(self.elapsed + took, took if compiled_frames() > frames else 0.0)
                         self.scheduler.step()
                 if acc.sync_gradients:
                     self.optimizer.zero_grad(set_to_none=True)
@@ -873,12 +869,14 @@ class TrainLoop:
         w[0], w[1], w[2] = w[0] + mean, w[1] + 1, w[2] + tokens
         return mean
 
-    def _tick_budget(self, elapsed: float):
-        """Every process takes the slowest one's clock, so all set the same learning rate and stop at the same step."""
-        clock = torch.tensor([elapsed], dtype=torch.float64, device=self.accelerator.device)
+    def _tick_budget(self, elapsed: float, compiling: float):
+        """Every process takes the slowest one's clock (and compiling time), so all set the same learning rate and
+        stop at the same step."""
+        clock = torch.tensor([elapsed, self.budget.compiling + compiling], dtype=torch.float64,
+                             device=self.accelerator.device)
         if self.accelerator.num_processes > 1:
             clock = self.accelerator.reduce(clock, "max")
-        self.budget.tick(float(clock.item()))
+        self.budget.elapsed, self.budget.compiling = (float(x) for x in clock.tolist())
 
     def _nonfinite(self, loss, step) -> bool:
         """Agreed across ranks: one rank's NaN skips (or stops) every rank, so no rank waits for another."""
@@ -910,13 +908,13 @@ class TrainLoop:
     def state_dict(self):
         state = {"skipped": self.skipped, "elapsed": self.elapsed}
         if self.budget is not None:
-            state["budget_pace"] = list(self.budget.pace)
+            state["compiling"] = self.budget.compiling
         return state
 
     def load_state_dict(self, state):
         self.skipped, self.elapsed = state.get("skipped", 0), state.get("elapsed", 0.0)
         if self.budget is not None:
-            self.budget.load_state_dict({"elapsed": self.elapsed, "pace": state.get("budget_pace", [])})
+            self.budget.elapsed, self.budget.compiling = self.elapsed, state.get("compiling", 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -224,7 +224,7 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         elapsed += time.perf_counter() - start
-        budget.tick(elapsed)
+        budget.elapsed = elapsed
         step += 1
         losses.append(loss)
         if step % logging_steps == 0 or budget.expired():
