@@ -77,18 +77,22 @@ def plot(points, path):
     fig, ax = plt.subplots(figsize=(6.5, 4))
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
-        line = [q for q in points if q["labels_per_class"] == labels]
-        x = [q["pretraining_tokens"] / 1e6 for q in line]
-        shown = ax.errorbar(x, [100 * q["gain_over_random_init"] for q in line],
-                            yerr=[100 * q["gain_std"] for q in line], marker="o", capsize=3,
-                            label=f"{labels} labels/group: pretrained - random init")
-        if all(q["gain_over_tfidf"] is not None for q in line):
-            ax.plot(x, [100 * q["gain_over_tfidf"] for q in line], ls="--", marker="x", color=shown[0].get_color(),
-                    label=f"{labels} labels/group: pretrained - TF-IDF")
-    on_gpu = [q for q in points if q.get("device") == "gpu"]
-    if on_gpu:
-        ax.plot([q["pretraining_tokens"] / 1e6 for q in on_gpu], [100 * q["gain_over_random_init"] for q in on_gpu],
-                ls="none", marker="s", ms=11, mfc="none", color="black", label="pretrained on a GPU")
+        # a line through the CPU points; a GPU point (another schedule, its own random arm) stands apart in its colour
+        line = [q for q in points if q["labels_per_class"] == labels and q.get("device") != "gpu"]
+        apart = [q for q in points if q["labels_per_class"] == labels and q.get("device") == "gpu"]
+        color = None
+        for group, style in ((line, {}), (apart, {"ls": "none", "marker": "s", "mfc": "none", "ms": 8})):
+            if not group:
+                continue
+            x = [q["pretraining_tokens"] / 1e6 for q in group]
+            shown = ax.errorbar(x, [100 * q["gain_over_random_init"] for q in group],
+                                yerr=[100 * q["gain_std"] for q in group], capsize=3, color=color,
+                                **({"marker": "o"} | style),
+                                label=f"{labels} labels/group: pretrained - random init" + (" (GPU)" if style else ""))
+            color = shown[0].get_color()
+            if all(q["gain_over_tfidf"] is not None for q in group):
+                ax.plot(x, [100 * q["gain_over_tfidf"] for q in group], ls="--" if not style else "none", marker="x",
+                        color=color, label=None if style else f"{labels} labels/group: pretrained - TF-IDF")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]

@@ -16,7 +16,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import bench_gpu
-from benchmarks import bench_model as bm
 
 
 def main(argv=None):

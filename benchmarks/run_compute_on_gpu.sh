@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# What GPU compute buys on 20 Newsgroups, one point per call: the main job's pretraining (the `small` preset on the
+# What GPU compute buys on 20 Newsgroups, one point per run: the main job's pretraining (the `small` preset on the
 # 20 Newsgroups training text, the recipe's defaults) for MINUTES minutes of optimizer steps on one GPU (bf16 by
 # --mixed_precision auto; COMPILE=1 adds --torch_compile, whose compilation counts against the minutes), then the
 # compute curve's finetuning on the same GPU: 50 labelled messages per group for 8 epochs and every label for 3,
 # lr 3e-4, SEEDS, pretrained and random init, the four (budget, arm) pairs side by side on the one GPU (a 5M-parameter
 # model leaves it mostly idle). TF-IDF is left out: it depends only on the labelled messages (the CPU tables have it).
-# Results under $OUT (default gpu_out/): compute_<tag>_<phase>.log, and compute_<tag>.tgz (one file: a device call returns
-# only a few) holding newsgroups_gpu_<tag>_<budget>_<arm>.json (bench_newsgroups' files, the pretraining's results
+# Results under $OUT (default gpu_out/): compute_<tag>_<phase>.log, and compute_<tag>.tgz (one file: a run on the GPU
+# machine returns only a few) holding newsgroups_gpu_<tag>_<budget>_<arm>.json (bench_newsgroups' files, the pretraining's results
 # inside), every finished run's record in runs/, the pretraining's metrics.jsonl and results.json, and each
 # finetuning's log. DEADLINE (seconds from the start, default 540) stops the finetuning in time for the files to come
-# back; finished runs are kept. A device call runs 10 minutes at most: for a longer pretraining, PHASE=pretrain in one
-# call, then PHASE=finetune in the next on the still-warm machine (the model waits in $WORK, outside the copied tree).
+# back; finished runs are kept. A run on the GPU machine lasts 10 minutes at most: for a longer pretraining, PHASE=pretrain
+# in one run, then PHASE=finetune in the next on the same machine (the model waits in $WORK, outside the copied tree).
+# Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES and COMPILE go.
 #
 #   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] [PHASE=both|pretrain|finetune] \
 #       bash benchmarks/run_compute_on_gpu.sh
@@ -29,13 +30,15 @@ DEADLINE=${DEADLINE:-540}
 WORK=${WORK:-/tmp/xlnet_lite_compute}
 compile=()
 [ "${COMPILE:-0}" = 1 ] && compile=(--torch_compile)
-keep=$WORK/out  # everything but the log, tarred into one file at the end
-mkdir -p "$OUT" "$keep/runs"
-source "$(dirname "$0")/gpu_env.sh"
-pretrain=$WORK/pretrain_${MINUTES}min
 SPECS=${SPECS:-50:8 all:3}  # labels per group:epochs
 tag=${MINUTES}min
 [ "${COMPILE:-0}" = 1 ] && tag=${tag}_compiled
+pretrain=$WORK/pretrain_$tag
+keep=$WORK/out_$tag  # everything but the log, tarred into one file at the end
+# shellcheck disable=SC2115  # WORK has a default
+[ "$PHASE" = finetune ] || rm -rf "$pretrain" "$keep" "$WORK"/runs_"$tag"_*
+mkdir -p "$OUT" "$keep/runs"
+source "$(dirname "$0")/gpu_env.sh"
 {
     date -u
     [ "$PHASE" = finetune ] || python3 -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
@@ -43,9 +46,10 @@ tag=${MINUTES}min
         --checkpointing_steps 0 --output_dir "$pretrain" --overwrite_output_dir || exit 1
     cp "$pretrain/metrics.jsonl" "$keep/pretrain_${tag}_metrics.jsonl" || exit 1
     cp "$pretrain/results.json" "$keep/pretrain_${tag}_results.json"
-    if [ "$PHASE" = pretrain ]; then tar czf "$OUT/compute_${tag}_pretrain.tgz" -C "$keep" . && exit 0; fi
+    if [ "$PHASE" = pretrain ]; then tar czf "$OUT/compute_${tag}_pretrain.tgz" -C "$keep" .; exit $?; fi
     date -u
     left=$((DEADLINE - SECONDS))
+    if [ "$left" -lt 30 ]; then echo "finetuning: no time left before DEADLINE=$DEADLINE ($left s)"; exit 3; fi
     echo "finetuning: $left s left"
     pids=()
     for spec in $SPECS; do

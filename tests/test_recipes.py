@@ -317,6 +317,32 @@ def test_time_budget_schedule_leaves_compiling_out():
     assert training.compiled_frames() > before
 
 
+def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkeypatch):
+    """TrainLoop.step: a step during which compiled_frames() rose adds its seconds to the budget's compiling time."""
+    from accelerate import Accelerator
+
+    frames = iter([0, 1, 1, 1])  # read before and after each step: the first step compiles, the second does not
+    monkeypatch.setattr(training, "compiled_frames", lambda: next(frames))
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    budget = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
+    scheduler = training.make_budget_scheduler(optimizer, budget, num_processes=1)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    loop = training.TrainLoop(SimpleNamespace(max_grad_norm=0.0, skip_nonfinite=False), accelerator, model, optimizer,
+                              scheduler, checkpoints_dir=None, budget=budget)
+
+    def micro_batch():
+        time.sleep(0.05)
+        return model(torch.ones(4, 2)).pow(2).mean()
+
+    loop.step([micro_batch], step=1)
+    first = budget.compiling
+    assert 0.05 <= first == budget.elapsed <= loop.elapsed and budget.fraction() == 0.0
+    loop.step([micro_batch], step=2)
+    assert budget.compiling == first and budget.elapsed - first >= 0.05 and budget.fraction() > 0.0
+
+
 def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path):
     args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000")
     i = args.index("--max_steps")

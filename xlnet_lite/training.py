@@ -840,8 +840,8 @@ class TrainLoop:
     def step(self, micro_batches: Iterable[Callable[[], torch.Tensor]], *, step: int, tokens: int = 0):
         """One optimizer step: each item of `micro_batches` computes one micro-batch's loss. Returns the step's
         mean loss, or None when a non-finite loss made it skip (--skip_nonfinite)."""
-        acc, start, losses, skip = self.accelerator, time.perf_counter(), [], False
         frames = compiled_frames() if self.budget is not None else 0
+        acc, start, losses, skip, ticked = self.accelerator, time.perf_counter(), [], False, None
         for compute_loss in micro_batches:
             with acc.accumulate(self.model):
                 loss = compute_loss()
@@ -856,10 +856,14 @@ class TrainLoop:
                         if self.budget is not None:  # the next learning rate from the clock at this step's end
                             took = time.perf_counter() - start
                             self._tick_budget(self.elapsed + took, took if compiled_frames() > frames else 0.0)
+                            ticked = time.perf_counter()
                         self.scheduler.step()
                 if acc.sync_gradients:
                     self.optimizer.zero_grad(set_to_none=True)
-        self.elapsed += time.perf_counter() - start
+        if ticked is None:
+            self.elapsed += time.perf_counter() - start
+        else:  # from the agreed clock, so that every process's next tick starts from it
+            self.elapsed = self.budget.elapsed + time.perf_counter() - ticked
         crash_point("step")
         if skip:
             self.skipped += 1
@@ -870,8 +874,9 @@ class TrainLoop:
         return mean
 
     def _tick_budget(self, elapsed: float, compiling: float):
-        """Every process takes the slowest one's clock (and compiling time), so all set the same learning rate and
-        stop at the same step."""
+        """Every process takes the slowest one's clock and the longest compiling, so all set the same learning rate
+        and stop at the same step; as every process then carries on from the agreed clock, the clock gains at least
+        what compiling does, and the schedule's fraction never goes back."""
         clock = torch.tensor([elapsed, self.budget.compiling + compiling], dtype=torch.float64,
                              device=self.accelerator.device)
         if self.accelerator.num_processes > 1:
