@@ -294,3 +294,32 @@ def test_the_document_window_probe_finds_the_class_where_it_is(fake_wheel, tmp_p
     assert report["windows"]["first"]["test_accuracy"] == 1.0
     assert report["windows"]["last_segment"]["test_accuracy"] < 0.6
     assert json.loads((tmp_path / "windows.json").read_text())["train_examples"] == 120
+
+
+def test_model_surgery_changes_only_its_part(pretrained, tmp_path):
+    """benchmarks.model_surgery: --redraw_layers draws those layers afresh and keeps every other tensor;
+    --all_but_the_top leaves embeddings with no common mean; a wrong layer or both operations are refused."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from benchmarks import model_surgery
+
+    model = tmp_path / "model"
+    shutil.copytree(pretrained, model)
+    state = {k: v + 1.0 for k, v in load_file(model / "model.safetensors").items()}  # unlike any fresh draw
+    save_file(state, model / "model.safetensors", metadata={"format": "pt"})
+    model_surgery.main(["--model", str(model), "--redraw_layers", "0", "--out", str(tmp_path / "redrawn")])
+    after = load_file(tmp_path / "redrawn" / "model.safetensors")
+    changed = {k for k in state if not torch.equal(state[k], after[k])}
+    assert changed and all(k.startswith("transformer.layer.0.") for k in changed)
+    assert any(k.startswith("transformer.layer.1.") for k in state)  # there was another layer to keep
+    assert (tmp_path / "redrawn" / "config.json").is_file() and (tmp_path / "redrawn" / "surgery.json").is_file()
+    model_surgery.main(["--model", str(model), "--all_but_the_top", "1", "--out", str(tmp_path / "abtt")])
+    embeddings = load_file(tmp_path / "abtt" / "model.safetensors")[model_surgery.KEY]
+    assert embeddings.mean(0).abs().max() < 1e-5 < state[model_surgery.KEY].mean(0).abs().max()
+    for bad in (["--redraw_layers", "9"], ["--redraw_layers", "0", "--all_but_the_top", "1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            model_surgery.main(["--model", str(model), *bad, "--out", str(tmp_path / "no")])
+        assert exit_info.value.code == 2 and not (tmp_path / "no").exists()
