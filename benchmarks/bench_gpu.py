@@ -61,15 +61,13 @@ def segment_as_bias(variant):
 
 
 def build(cfg, names):
-    """bench_model's variants on the CPU (same weights, batch and memory), the segment-as-bias ones built as their
-    twins and wrapped."""
-    plain = [n for n in names if n not in SEGMENT_AS_BIAS]
-    variants = bm.build_variants(cfg, plain)[4]
+    """bench_model's variants on the CPU (same weights, batch and memory), the segment-as-bias ones built from the
+    same model and batch as their twins are, and wrapped."""
+    hf, batch, _, lite_mems, variants = bm.build_variants(cfg, [n for n in names if n not in SEGMENT_AS_BIAS])
     for n in names:
         if n in SEGMENT_AS_BIAS:
-            twin = SEGMENT_AS_BIAS[n]
-            variants[n] = segment_as_bias(bm.build_variants(cfg, [twin])[4][twin])
-            variants[n].name = n
+            _, attn, dtype, compiled = bm.VARIANTS[SEGMENT_AS_BIAS[n]]
+            variants[n] = segment_as_bias(bm.Variant(n, bm.make_lite(hf, attn).train(), batch, lite_mems, dtype, compiled))
     return {n: variants[n] for n in names}
 
 

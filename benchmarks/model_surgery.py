@@ -19,6 +19,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+import xlnet_lite
+from benchmarks.probe_embeddings import embedding_stats
+from xlnet_lite.model_utils import model_from_config
+
 KEY = "transformer.word_embedding.weight"
 
 
@@ -32,23 +36,10 @@ def all_but_the_top(weight, components):
     return centered
 
 
-def stats(weight):
-    mean = weight.mean(0)
-    centered = weight - mean
-    s = torch.linalg.svdvals(centered.double())
-    share = (s**2 / (s**2).sum())
-    return {"mean_norm": round(mean.norm().item(), 4), "token_norm": round(weight.norm(dim=1).mean().item(), 4),
-            "top_component_share": round(share[0].item(), 4), "top10_share": round(share[:10].sum().item(), 4)}
-
-
 def redrawn(src, layers):
     """The given layers' tensors from a random initialisation of the model's config (seed 0)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    import xlnet_lite  # noqa: F401  (registers the XLNet-Lite auto classes)
-
     torch.manual_seed(0)
-    fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src)).state_dict()
+    fresh = model_from_config(src, xlnet_lite.XLNetLiteLMHeadModel).state_dict()
     prefixes = tuple(f"transformer.layer.{i}." for i in layers)
     return {k: v for k, v in fresh.items() if k.startswith(prefixes)}
 
@@ -73,9 +64,9 @@ def main(argv=None):
         parser.error(f"--model {src}: no {KEY} in model.safetensors")
     report = {"model": str(src)}
     if args.all_but_the_top is not None:
-        before = stats(state[KEY].float())
+        before = embedding_stats(state[KEY])
         state[KEY] = all_but_the_top(state[KEY].float(), args.all_but_the_top).to(state[KEY].dtype).contiguous()
-        report.update(all_but_the_top=args.all_but_the_top, before=before, after=stats(state[KEY].float()))
+        report.update(all_but_the_top=args.all_but_the_top, before=before, after=embedding_stats(state[KEY]))
     else:
         fresh = redrawn(src, args.redraw_layers)
         missing = [i for i in args.redraw_layers if not any(k.startswith(f"transformer.layer.{i}.") for k in fresh)]

@@ -342,7 +342,7 @@ def segment_step_matches_transformers(impl):
         torch.testing.assert_close(lite_params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims():
+def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims(monkeypatch):
     """benchmarks/bench_gpu.py's lite_sdpa_segbias_bf16 is lite_sdpa_bf16 (same weights, batch and memory) with the
     segment term as a bias: the same loss, and no one-hot dims while it runs. Checked on the CPU in fp32."""
     from benchmarks import bench_gpu
@@ -353,14 +353,12 @@ def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims():
     variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_segbias_bf16"])
     widths = []
     real = modeling.segment_dims
-    modeling.segment_dims = lambda seg_keys, d_head: widths.append(real(seg_keys, d_head)) or widths[-1]
-    try:
-        losses = {}
-        for name, variant in variants.items():
-            variant.autocast_dtype = None
-            losses[name] = variant.forward(**variant.inputs).loss
-            widths.append(name)
-    finally:
-        modeling.segment_dims = real
+    monkeypatch.setattr(modeling, "segment_dims",
+                        lambda seg_keys, d_head: widths.append(real(seg_keys, d_head)) or widths[-1])
+    losses = {}
+    for name, variant in variants.items():
+        variant.autocast_dtype = None
+        losses[name] = variant.forward(**variant.inputs).loss
+        widths.append(name)
     assert widths[0] > 0 and widths[1] == "lite_sdpa_bf16" and widths[2] == "lite_sdpa_segbias_bf16"
     close(losses["lite_sdpa_segbias_bf16"], losses["lite_sdpa_bf16"])
