@@ -167,6 +167,8 @@ def main(argv=None):
     results = {"command": "python -m benchmarks.bench_newsgroups " + shlex.join(sys.argv[1:] if argv is None else argv),
                "environment": environment(), "pretrained": args.pretrained,
                "pretraining_results": json.loads(Path(args.pretrained, "results.json").read_text()),
+               "pretraining_args": (json.loads(Path(args.pretrained, "run_args.json").read_text())
+                                    if Path(args.pretrained, "run_args.json").is_file() else None),
                "embedded_task": args.embedded_task, "finetune_flags": args.finetune_flags, "lr_grid": args.lr_grid,
                "seeds": args.seeds, "arms": args.arms, "device": args.device,
                "summary": {str(k): v for k, v in summary.items()},

@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 
 
-def load_points(paths, reference_paths=()):
+def load_points(paths, reference_paths=(), require_random_init=True):
+    """One point per (file, labels) pretrained arm, joined with its random-init and TF-IDF references. Without
+    require_random_init a point whose reference is missing gets None for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
     random_arms, tfidf_rows = {}, {}  # (labels, flags, device) -> random-init arm; (labels, flags) -> TF-IDF row
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
@@ -40,10 +42,11 @@ def load_points(paths, reference_paths=()):
             ref = {"tfidf": tfidf_rows.get((labels, data["finetune_flags"]), {})}
             if (labels, data["finetune_flags"], device) in random_arms:
                 ref["random_init"] = random_arms[(labels, data["finetune_flags"], device)]
-            if "random_init" not in ref:
+            if "random_init" not in ref and require_random_init:
                 raise SystemExit(f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
                                  f"{data['finetune_flags']!r} on the {device} in any file given")
-            p, r = arms["pretrained"]["test_accuracy"], ref["random_init"]["test_accuracy"]
+            p = arms["pretrained"]["test_accuracy"]
+            r = ref["random_init"]["test_accuracy"] if "random_init" in ref else {"mean": None, "std": None}
             tfidf = ref.get("tfidf", {}).get("test_accuracy")
             points.append({
                 "labels_per_class": labels, "finetune_flags": data["finetune_flags"], "file": path,
@@ -55,9 +58,11 @@ def load_points(paths, reference_paths=()):
                 "pretraining_precision": pretraining.get("mixed_precision"),
                 "eval_loss_minus_unigram": pretraining["eval_loss"] - pretraining["unigram_baseline_loss"],
                 "pretrained": p["mean"], "pretrained_std": p["std"], "seeds": p["n"],
+                "pretrained_validation": arms["pretrained"].get("validation_accuracy", {}).get("mean"),
+                "pretraining_args": data.get("pretraining_args"),
                 "random_init": r["mean"], "random_init_std": r["std"], "tfidf": tfidf,
-                "gain_over_random_init": p["mean"] - r["mean"],
-                "gain_std": math.hypot(p["std"], r["std"]),
+                "gain_over_random_init": None if r["mean"] is None else p["mean"] - r["mean"],
+                "gain_std": None if r["mean"] is None else math.hypot(p["std"], r["std"]),
                 "gain_over_tfidf": None if tfidf is None else p["mean"] - tfidf,
             })
     return sorted(points, key=lambda q: (_labels_key(q["labels_per_class"]), q["pretraining_tokens"]))

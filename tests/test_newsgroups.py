@@ -136,7 +136,7 @@ def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flag
     """A result file of benchmarks.bench_newsgroups with the given test accuracies (3 seeds each)."""
     def arm(values):
         mean = sum(values) / len(values)
-        std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        std = (sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)) ** 0.5  # 0.0 for one seed
         return {"learning_rate": 3e-4, "test_accuracy": {"mean": mean, "std": std, "n": len(values), "values": values}}
 
     path.write_text(json.dumps({
@@ -323,3 +323,37 @@ def test_model_surgery_changes_only_its_part(pretrained, tmp_path):
         with pytest.raises(SystemExit) as exit_info:
             model_surgery.main(["--model", str(model), *bad, "--out", str(tmp_path / "no")])
         assert exit_info.value.code == 2 and not (tmp_path / "no").exists()
+
+
+def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, capsys):
+    from benchmarks import levers
+
+    # a file with its own random arm (0.40) and a reference file whose random arm (0.48) must not replace it
+    own = bench_file(tmp_path / "own.json", "50", [0.30, 0.32, 0.31], [0.39, 0.40, 0.41], 0.68, steps=600)
+    reference = bench_file(tmp_path / "ref.json", "50", [0.3] * 3, [0.47, 0.48, 0.49], 0.68, steps=1500)
+    data = json.loads(bench_file(tmp_path / "b8.json", "50", [0.322], [0.0], 0.0, steps=2400).read_text())
+    data["summary"]["50"] = {"pretrained": data["summary"]["50"]["pretrained"]}  # a --arms pretrained --no_tfidf run
+    data["summary"]["50"]["pretrained"]["validation_accuracy"] = {"mean": 0.412}
+    data["pretraining_args"] = {"per_device_train_batch_size": 8, "learning_rate": 3e-4, "max_steps": 2400,
+                                "output_dir": "/tmp/b8", "plm_probability": 1 / 6}
+    (tmp_path / "b8.json").write_text(json.dumps(data))
+    odd = bench_file(tmp_path / "odd.json", "50", [0.315], [0.0], 0.0, steps=600, flags="--num_train_epochs 16")
+    data = json.loads(odd.read_text())
+    del data["summary"]["50"]["random_init"]
+    odd.write_text(json.dumps(data))
+    rows = levers.main([f"own=={own}", f"batch 8={tmp_path / 'b8.json'}", f"16 epochs={odd}",
+                        "--reference", str(reference), "--out", str(tmp_path / "levers.json")])
+    table = capsys.readouterr().out
+    assert [r["lever"] for r in rows] == ["own=", "batch 8", "16 epochs"]  # the name may hold '='; the path may not
+    assert rows[0]["random_init"] == pytest.approx(0.40) and round(100 * rows[0]["gain_over_random_init"], 1) == -9.0
+    assert rows[1]["random_init"] == pytest.approx(0.48) and rows[1]["pretraining_flags"] == "--per_device_train_batch_size 8"
+    assert "| batch 8 (`--per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | " \
+           "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 |" in table
+    assert rows[2]["gain_over_random_init"] is None and rows[0]["pretraining_flags"] is None
+    assert json.loads((tmp_path / "levers.json").read_text())["rows"][1]["pretrained"] == pytest.approx(0.322)
+    repo = Path(__file__).resolve().parents[1]
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.levers", str(own)], capture_output=True, text=True, cwd=repo)
+    assert bad.returncode == 2 and "is not NAME=FILE" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.levers", "x=/no/such.json"], capture_output=True, text=True,
+                         cwd=repo)
+    assert bad.returncode == 2 and "no result file /no/such.json (for 'x')" in bad.stderr
