@@ -8,7 +8,9 @@ pretraining shapes (B 32, T 512, reuse_len 256, a full 384-token memory, P 85 = 
 benchmarks/bench_model.py's (the pretraining recipe's preset and shapes). The variants are bench_model's bf16 ones,
 built the same way (same weights, batch and memory) and moved to the GPU: transformers under torch.autocast("cuda",
 bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; SDPA with the segment term added to the
-positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head size D rather than D + 8); both
+positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head size D rather than D + 8);
+flex_attention (lite_flex_bf16, the positional and segment terms and the masks read inside the kernel, no (B, N, T, K)
+tensor written; dropout 0, as it takes none on the probabilities, beside an SDPA row with dropout 0 as well); the
 kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
 apart).
 
@@ -40,9 +42,23 @@ CONFIGS = {
                  num_predict=85, mem_len=384, reuse_len=256, dropout=0.1),
     "small": bm.CONFIGS["small"],
 }
-NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_compiled_bf16",
-         "lite_eager_compiled_bf16"]
-SEGMENT_AS_BIAS = {"lite_sdpa_segbias_bf16": "lite_sdpa_bf16"}  # the same variant with the segment term as a bias
+NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_sdpa_nodrop_bf16",
+         "lite_flex_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16", "lite_flex_compiled_bf16"]
+# rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
+# dropout 0 (flex_attention takes none on the probabilities; the no-dropout SDPA row is its like-for-like twin))
+DERIVED = {
+    "lite_sdpa_segbias_bf16": ("lite_sdpa_bf16", "sdpa", True, False),
+    "lite_sdpa_nodrop_bf16": ("lite_sdpa_bf16", "sdpa", False, True),
+    "lite_flex_bf16": ("lite_sdpa_bf16", "flex_attention", False, True),
+    "lite_flex_compiled_bf16": ("lite_compiled_bf16", "flex_attention", False, True),
+}
+SEGMENT_AS_BIAS = {n: d[0] for n, d in DERIVED.items() if d[2]}
+# the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel)
+FLOP_TWIN = {**bm.EAGER_TWIN, "lite_flex_bf16": "lite_sdpa_nodrop_bf16", "lite_flex_compiled_bf16": "lite_sdpa_nodrop_bf16"}
+
+
+def compiled(name):
+    return bm.VARIANTS[DERIVED[name][0] if name in DERIVED else name][3]
 
 
 def segment_as_bias(variant):
@@ -60,14 +76,30 @@ def segment_as_bias(variant):
     return variant
 
 
+def without_dropout(model):
+    """Every dropout of the model at p = 0 (XLNet-Lite's own Dropout and torch's)."""
+    from xlnet_lite.modeling_xlnet_lite import Dropout
+
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Dropout, Dropout)):
+            module.p = 0.0
+    model.config.dropout = 0.0
+    return model
+
+
 def build(cfg, names):
-    """bench_model's variants on the CPU (same weights, batch and memory), the segment-as-bias ones built from the
-    same model and batch as their twins are, and wrapped."""
-    hf, batch, _, lite_mems, variants = bm.build_variants(cfg, [n for n in names if n not in SEGMENT_AS_BIAS])
+    """bench_model's variants on the CPU (same weights, batch and memory); the derived rows built from the same
+    model and batch as the variants they change."""
+    hf, batch, _, lite_mems, variants = bm.build_variants(cfg, [n for n in names if n not in DERIVED])
     for n in names:
-        if n in SEGMENT_AS_BIAS:
-            _, attn, dtype, compiled = bm.VARIANTS[SEGMENT_AS_BIAS[n]]
-            variants[n] = segment_as_bias(bm.Variant(n, bm.make_lite(hf, attn).train(), batch, lite_mems, dtype, compiled))
+        if n in DERIVED:
+            base, attn, segment_bias, no_dropout = DERIVED[n]
+            _, _, dtype, is_compiled = bm.VARIANTS[base]
+            model = bm.make_lite(hf, attn).train()
+            variants[n] = bm.Variant(n, without_dropout(model) if no_dropout else model, batch, lite_mems, dtype,
+                                     is_compiled)
+            if segment_bias:
+                variants[n] = segment_as_bias(variants[n])
     return {n: variants[n] for n in names}
 
 
@@ -111,7 +143,7 @@ def step_memory(variant):
 def run_config(args, name, device):
     cfg = CONFIGS[name]
     tokens = cfg["batch"] * cfg["seq_len"]
-    names = [n for n in NAMES if not (args.no_compile and bm.VARIANTS[SEGMENT_AS_BIAS.get(n, n)][3])]
+    names = [n for n in NAMES if not (args.no_compile and compiled(n))]
     print(f"\n=== {name}: {cfg}", flush=True)
     peak = bf16_peak(device)
     variants = {n: to_gpu(v, device) for n, v in build(cfg, names).items()}  # built on the CPU, then moved
@@ -123,14 +155,14 @@ def run_config(args, name, device):
         first[n] = time.perf_counter() - t0
         print(f"  first training step {n}: {first[n]:.2f} s", flush=True)
     times = bm.alternate(variants, bm.Variant.train_step, args.runs, args.warmup, clock=cuda_seconds)
-    flops = {n: bm.count_flops(v.forward_backward) for n, v in variants.items() if n not in bm.EAGER_TWIN}
+    flops = {n: bm.count_flops(v.forward_backward) for n, v in variants.items() if n not in FLOP_TWIN}
     memory = {n: step_memory(v) for n, v in variants.items()}
     peak += bf16_peak(device)
     peak_flops = bm.median(peak)
     rows = {}
     for n in names:
         t = bm.median(times[n])
-        f = flops[bm.EAGER_TWIN.get(n, n)]  # a compiled model does its eager twin's FLOPs (the segment bias: its own)
+        f = flops[FLOP_TWIN.get(n, n)]  # a compiled or flex row does its eager twin's FLOPs (the segment bias: its own)
         rows[n] = dict(train_median_s=t, train_times_s=times[n], train_tokens_per_s=tokens / t,
                        train_gflop=f / 1e9, train_mfu=f / t / peak_flops, step_memory_bytes=memory[n],
                        first_train_step_s=first[n])

@@ -18,6 +18,13 @@ def impl(request):
     return request.param
 
 
+@pytest.fixture(params=["eager", "sdpa", "flex_attention"])
+def forward_impl(request):
+    """Every attention kernel, for the forward-only equivalence tests (flex_attention has no backward on the CPU:
+    its training steps are checked on a GPU, tests/test_gpu.py)."""
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def fresh_accelerate_state():
     """Each test's in-process recipe run builds its Accelerator from scratch (accelerate keeps one process-wide

@@ -61,7 +61,7 @@ def forward_inputs(draw):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(forward_inputs(), st.sampled_from(["eager", "sdpa"]), st.sampled_from(["bi", "uni"]), st.booleans())
+@given(forward_inputs(), st.sampled_from(["eager", "sdpa", "flex_attention"]), st.sampled_from(["bi", "uni"]), st.booleans())
 def test_lm_forward_fuzz(inputs, impl, attn_type, bi_data):
     model = model_for(XLNetLiteLMHeadModel, attn_type=attn_type, bi_data=bi_data, mem_len=5)
     model.config._attn_implementation = impl

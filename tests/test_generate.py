@@ -30,7 +30,7 @@ def assert_same_generation(a, b):
         torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("impl", ["eager", "sdpa", "flex_attention"])
 @pytest.mark.parametrize("overrides", [{}, {"mem_len": 6}, {"clamp_len": 3}, {"bi_data": True}],
                          ids=["plain", "mem_len", "clamp_len", "bi_data"])
 def test_greedy_equals_transformers(impl, overrides):

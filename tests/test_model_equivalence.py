@@ -20,81 +20,81 @@ def ids(seed=0, batch=B, length=T):
     return torch.randint(0, 97, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-def test_plain_forward(impl):
+def test_plain_forward(forward_impl):
     hf, lite = twins("XLNetModel")
-    a, b = run_both(hf, lite, impl, input_ids=ids())
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids())
     close(a.last_hidden_state, b.last_hidden_state)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_perm_mask_and_target_mapping_two_stream(impl, seed):
+def test_perm_mask_and_target_mapping_two_stream(forward_impl, seed):
     hf, lite = twins(seed=seed)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
     labels = ids(seed + 5, length=P)
-    a, b = run_both(hf, lite, impl, input_ids=ids(seed), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(seed), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
     assert b.logits.shape == (B, P, 97)
     close(a.logits, b.logits)
     close(a.loss, b.loss)
 
 
-def test_perm_mask_without_target_mapping(impl):
+def test_perm_mask_without_target_mapping(forward_impl):
     hf, lite = twins()
     perm_mask, _ = xlnet_masks(B, T, P)
-    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask)
     close(a.logits, b.logits)
 
 
-def test_loss_ignores_padded_prediction_rows(impl):
+def test_loss_ignores_padded_prediction_rows(forward_impl):
     hf, lite = twins()
     perm_mask, target_mapping = xlnet_masks(B, T, P)
     target_mapping[1, -1] = 0  # an all-zero (padding) prediction row
     labels = ids(3, length=P)
     labels[1, -1] = -100
-    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
     close(a.logits, b.logits)
     close(a.loss, b.loss)
 
 
-def test_token_type_ids_two_segments_and_cls(impl):
+def test_token_type_ids_two_segments_and_cls(forward_impl):
     hf, lite = twins()
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 6:] = 1
     tt[:, -1] = 2
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=4)
-    a, b = run_both(hf, lite, impl, input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping)
     close(a.logits, b.logits)
-    a, b = run_both(hf, lite, impl, input_ids=ids(), token_type_ids=tt)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), token_type_ids=tt)
     close(a.logits, b.logits)
 
 
-def test_left_padding_attention_mask(impl):
+def test_left_padding_attention_mask(forward_impl):
     hf, lite = twins("XLNetForSequenceClassification", num_labels=3)
     attention_mask = torch.ones(B, T, dtype=torch.long)
     attention_mask[0, :5] = 0
     attention_mask[2, :2] = 0
-    a, b = run_both(hf, lite, impl, input_ids=ids(), attention_mask=attention_mask)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), attention_mask=attention_mask)
     close(a.logits, b.logits)
     input_mask = 1 - attention_mask
-    a, b = run_both(hf, lite, impl, input_ids=ids(), input_mask=input_mask)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), input_mask=input_mask)
     close(a.logits, b.logits)
 
 
-def test_padding_with_perm_mask(impl):
+def test_padding_with_perm_mask(forward_impl):
     hf, lite = twins()
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=7)
     attention_mask = torch.ones(B, T)
     attention_mask[1, :1] = 0
     target_mapping[1] = 0  # predict nothing where padding could leave a query with no key
-    a, b = run_both(hf, lite, impl, input_ids=ids(), attention_mask=attention_mask, perm_mask=perm_mask,
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), attention_mask=attention_mask, perm_mask=perm_mask,
                     target_mapping=target_mapping)
     close(a.logits, b.logits)
 
 
 @pytest.mark.parametrize("reuse_len", [None, 6])
-def test_mems_across_two_segments(impl, reuse_len):
+def test_mems_across_two_segments(forward_impl, reuse_len):
     hf, lite = twins(mem_len=8, reuse_len=reuse_len)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=1)
-    a1, b1 = run_both(hf, lite, impl, input_ids=ids(1), use_mems=True)
+    a1, b1 = run_both(hf, lite, forward_impl, input_ids=ids(1), use_mems=True)
     for m_hf, m_lite in zip(a1.mems, b1.mems):
         close(m_hf.transpose(0, 1), m_lite)  # transformers' mems are time-major, ours batch-first
     assert b1.mems[0].shape == (B, reuse_len or 8, 32)
@@ -109,35 +109,35 @@ def test_mems_across_two_segments(impl, reuse_len):
     assert (no_mem - b2.logits).abs().max() > 1e-2  # the memory matters
 
 
-def test_mems_with_token_types(impl):
+def test_mems_with_token_types(forward_impl):
     hf, lite = twins(mem_len=5)
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 7:] = 1
-    a1, b1 = run_both(hf, lite, impl, input_ids=ids(1), use_mems=True)
+    a1, b1 = run_both(hf, lite, forward_impl, input_ids=ids(1), use_mems=True)
     with torch.no_grad():
         a2 = hf(ids(2), mems=a1.mems, token_type_ids=tt)
         b2 = lite(ids(2), mems=b1.mems, token_type_ids=tt)
     close(a2.logits, b2.logits)
 
 
-def test_bi_data(impl):
+def test_bi_data(forward_impl):
     hf, lite = twins(bi_data=True)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=2)
-    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
     close(a.logits, b.logits)
 
 
-def test_clamp_len(impl):
+def test_clamp_len(forward_impl):
     hf, lite = twins(clamp_len=3)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=3)
-    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
     close(a.logits, b.logits)
 
 
 @pytest.mark.parametrize("same_length", [False, True])
-def test_attn_type_uni(impl, same_length):
+def test_attn_type_uni(forward_impl, same_length):
     hf, lite = twins(attn_type="uni", same_length=same_length, mem_len=6)
-    a1, b1 = run_both(hf, lite, impl, input_ids=ids(1), use_mems=True)
+    a1, b1 = run_both(hf, lite, forward_impl, input_ids=ids(1), use_mems=True)
     close(a1.logits, b1.logits)
     with torch.no_grad():
         a2 = hf(ids(2), mems=a1.mems)
@@ -146,14 +146,14 @@ def test_attn_type_uni(impl, same_length):
 
 
 @pytest.mark.parametrize("act", ["relu", "gelu"])
-def test_activations(impl, act):
+def test_activations(forward_impl, act):
     hf, lite = twins(ff_activation=act)
-    a, b = run_both(hf, lite, impl, input_ids=ids())
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids())
     close(a.logits, b.logits)
 
 
 @pytest.mark.parametrize("problem", ["single_label_classification", "regression", "multi_label_classification"])
-def test_classification_logits_and_loss(impl, problem):
+def test_classification_logits_and_loss(forward_impl, problem):
     num_labels = 1 if problem == "regression" else 3
     hf, lite = twins("XLNetForSequenceClassification", num_labels=num_labels, problem_type=problem)
     labels = {
@@ -164,9 +164,29 @@ def test_classification_logits_and_loss(impl, problem):
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 5:] = 1
     tt[:, -1] = 2
-    a, b = run_both(hf, lite, impl, input_ids=ids(), token_type_ids=tt, labels=labels)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), token_type_ids=tt, labels=labels)
     close(a.logits, b.logits)
     close(a.loss, b.loss)
+
+
+def test_flex_attention_writes_no_score_tensor_and_refuses_attention_dropout(monkeypatch):
+    """The flex kernel never calls the explicit kernel's rel_shift (the positional term is read inside the kernel);
+    with dropout in training it says why it cannot run instead of dropping nothing."""
+    import xlnet_lite.modeling_xlnet_lite as modeling
+
+    hf, lite = twins(mem_len=4)
+    perm_mask, target_mapping = xlnet_masks(B, T, 3)
+
+    def no_shift(*args, **kwargs):
+        raise AssertionError("rel_shift called")
+
+    monkeypatch.setattr(modeling, "rel_shift", no_shift)
+    a, b = run_both(hf, lite, "flex_attention", input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    close(a.logits, b.logits)
+    _, lite = twins(dropout=0.1)
+    lite.config._attn_implementation = "flex_attention"
+    with pytest.raises(ValueError, match="no attention dropout.*dropout 0.*'sdpa'"):
+        lite.train()(input_ids=ids())
 
 
 def test_hidden_states_and_attentions_match():
@@ -184,13 +204,13 @@ def test_hidden_states_and_attentions_match():
         close(ag.gather(2, rows[:, None, :, None].expand(-1, ag.shape[1], -1, ag.shape[3])), bg)
 
 
-def test_untie_r_false_roundtrip_through_transformers(impl):
+def test_untie_r_false_roundtrip_through_transformers(forward_impl):
     config = xlnet_lite.XLNetLiteConfig(**{**__import__("model_helpers").TINY, "untie_r": False})
     lite = __import__("model_helpers").randomise(xlnet_lite.XLNetLiteLMHeadModel(config)).eval()
     assert lite.transformer.r_w_bias is lite.transformer.layer_biases(lite.transformer.layer[1])[0]
     hf = xlnet_lite.to_hf_xlnet(lite).eval()
     perm_mask, target_mapping = xlnet_masks(B, T, P)
-    a, b = run_both(hf, lite, impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
+    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
     close(a.logits, b.logits)
 
 
@@ -362,3 +382,25 @@ def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims(monkeypatch
         widths.append(name)
     assert widths[0] > 0 and widths[1] == "lite_sdpa_bf16" and widths[2] == "lite_sdpa_segbias_bf16"
     close(losses["lite_sdpa_segbias_bf16"], losses["lite_sdpa_bf16"])
+
+
+def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
+    """benchmarks/bench_gpu.py's flex rows run the same weights, batch and memory as its SDPA rows, every dropout at
+    0 (flex_attention takes none), as does their like-for-like SDPA row; the loss is the same (forward on the CPU,
+    fp32; the flex backward runs only on a GPU)."""
+    from benchmarks import bench_gpu
+    from xlnet_lite.modeling_xlnet_lite import Dropout
+
+    cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
+               mem_len=6, reuse_len=6, dropout=0.1)
+    variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_nodrop_bf16", "lite_flex_bf16"])
+    rates = {n: {m.p for m in v.model.modules() if isinstance(m, Dropout)} for n, v in variants.items()}
+    assert rates == {"lite_sdpa_bf16": {0.1}, "lite_sdpa_nodrop_bf16": {0.0}, "lite_flex_bf16": {0.0}}
+    assert variants["lite_flex_bf16"].model.config._attn_implementation == "flex_attention"
+    losses = {}
+    for name in ("lite_sdpa_nodrop_bf16", "lite_flex_bf16"):
+        variant = variants[name]
+        variant.autocast_dtype = None
+        with torch.no_grad():
+            losses[name] = variant.forward(**variant.inputs).loss
+    close(losses["lite_flex_bf16"], losses["lite_sdpa_nodrop_bf16"])

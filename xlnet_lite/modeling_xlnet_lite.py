@@ -431,7 +431,7 @@ class XLNetLiteRelativeAttention(nn.Module):
             k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
         return k, v, kr
 
-    def attend(self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, eager):
+    def attend(self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, kernel):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
 
         q (B, Q, N, D) with Q = T (content stream) or P (query stream, rows at query_pos). The segment term
@@ -440,10 +440,15 @@ class XLNetLiteRelativeAttention(nn.Module):
         every key of a row, so softmax drops it. Under torch.compile (seg_classes 0: counting the segment ids would
         read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns
         (B, Q, N*D) and the probabilities (explicit path only). A query that may see no key attends to nothing.
+        kernel: "eager" (explicit), "sdpa" or "flex_attention" (flex_attend: the positional and segment terms and the
+        masks read inside the kernel, never written as (B, N, Q, K) tensors).
         """
         k, v, kr = keys
         u, v_bias, b = biases
         q = q.transpose(1, 2)  # (B, N, Q, D)
+        if kernel == "flex_attention":
+            return flex_attend(self, q, keys, biases=biases, seg_q=seg_q, seg_keys=seg_keys, blocked=blocked,
+                               query_pos=query_pos, qlen=qlen), None
         # the biases in q's dtype: under autocast q is bf16 and an fp32 bias would promote the sums to fp32
         pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * self.scale, kr, qlen=qlen, klen=k.shape[2],
                               query_pos=query_pos)  # (B, N, Q, K)
@@ -457,7 +462,7 @@ class XLNetLiteRelativeAttention(nn.Module):
             else:
                 same = (seg_q[:, :, None] == seg_keys[:, None, :])[:, None]  # (B, 1, Q, K)
                 pos = pos + (gain * self.scale) * same.to(q.dtype)  # (B, N, Q, K)
-        if eager:
+        if kernel == "eager":
             score = (q_aug * self.scale) @ k.transpose(-1, -2) + pos  # (B, N, Q, K)
             if blocked is not None:
                 score = fill_blocked(score, blocked)
@@ -477,7 +482,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         out = attn_vec @ self.o.flatten(1).t()  # (B, Q, H)
         return self.layer_norm(self.dropout(out) + x)
 
-    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True, rows=None):
+    def forward(self, h, g, mem, ai, *, biases, kernel, cache=None, content=True, rows=None):
         """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None (or the generation cache instead).
         Returns h, g, (prob_h, prob_g); with content=False the content stream is skipped (h returned unchanged),
         for the last layer of a model whose output is the query stream. rows (a slice of positions): the content
@@ -485,7 +490,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         T = h.shape[1]
         x = matmul_operand(h if mem is None or cache is not None else torch.cat([mem, h], dim=1))  # (B, K or T, H)
         keys = self.keys(x, ai, cache=cache)
-        core = dict(biases=biases, seg_classes=ai.seg_classes, seg_keys=ai.seg_keys, qlen=T, eager=eager)
+        core = dict(biases=biases, seg_classes=ai.seg_classes, seg_keys=ai.seg_keys, qlen=T, kernel=kernel)
         if ai.fused_query and content:
             return self.fused_streams(h, g, keys, ai, core)
         out_h, prob_h = h, None
@@ -544,6 +549,62 @@ def positional_scores(q, kr):
     return out.view(N, B, Q, kr.shape[-1]).transpose(0, 1)  # (B, N, Q, R), rows contiguous
 
 
+_compiled_flex_attention = None
+
+
+def flex_attention_kernel(device):
+    """torch's flex_attention, compiled once on CUDA (uncompiled it runs a slow reference that writes every score);
+    inside a graph torch.compile is already tracing, and on the CPU (no flex backward there, and compiled CPU kernels
+    that are only right on block-aligned lengths in torch 2.13), the plain function."""
+    global _compiled_flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda" or torch.compiler.is_compiling():
+        return flex_attention
+    if _compiled_flex_attention is None:
+        _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex_attention
+
+
+def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen):
+    """The attention core through flex_attention. The kernel computes (q + u)k / sqrt(D); a score_mod adds the
+    positional term, read from the unshifted (B, N, Q, R) scores (q + v)R at the key's relative position (rel_shift's
+    index qlen - pos_i + j), the segment term (q + b)(s_same - s_diff) where query and key share a segment, and -inf
+    where the key is blocked, so no (B, N, Q, K) tensor is written. A row with every key blocked comes out 0, as the
+    explicit kernel's no_key rows. flex_attention takes no dropout on the probabilities: training with dropout
+    raises. q (B, N, Q, D) -> (B, Q, N*D)."""
+    if attn.training and attn.dropout.p > 0:
+        raise ValueError(f"attn_implementation='flex_attention' has no attention dropout: train with dropout 0 (the "
+                         f"pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'")
+    k, v, kr = keys
+    u, v_bias, b = biases
+    B, N, Q, _ = q.shape
+    if Q == 0:  # no query rows (an empty target_mapping): flex_attention's reference path cannot index them
+        return q.new_zeros(B, 0, N * v.shape[-1])
+    raw = positional_scores((q + v_bias.to(q.dtype)[:, None]) * attn.scale, kr)  # (B, N, Q, R)
+    R = raw.shape[-1]
+    pos_q = torch.arange(Q, device=q.device).expand(B, Q) if query_pos is None else query_pos.expand(B, -1)
+    offset = (qlen - pos_q).contiguous()  # (B, Q): the relative index of key j is offset + j
+    gain = None
+    if seg_q is not None:
+        seg = (q + b.to(q.dtype)[:, None]) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
+        gain = ((seg[..., 0] - seg[..., 1]) * attn.scale).contiguous()  # (B, N, Q)
+        seg_q, seg_keys = seg_q.expand(B, -1).contiguous(), seg_keys.expand(B, -1).contiguous()
+    blocked = None if blocked is None else blocked[:, 0].expand(B, -1, -1)  # (B, Q, K)
+
+    def score_mod(score, bi, h, i, j):
+        score = score + raw[bi, h, i, torch.clamp(offset[bi, i] + j, max=R - 1)]
+        if gain is not None:
+            score = score + torch.where(seg_q[bi, i] == seg_keys[bi, j], gain[bi, h, i], 0.0)
+        if blocked is not None:
+            score = torch.where(blocked[bi, i, j], -float("inf"), score)
+        return score
+
+    q_aug = q + u.to(q.dtype)[:, None]
+    out = flex_attention_kernel(q.device)(q_aug, k, v, score_mod=score_mod, scale=attn.scale)  # (B, N, Q, D)
+    return out.transpose(1, 2).flatten(2)
+
+
 class XLNetLiteFeedForward(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -564,8 +625,8 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
         self.rel_attn = XLNetLiteRelativeAttention(config, layer_idx)
         self.ff = XLNetLiteFeedForward(config)
 
-    def forward(self, h, g, mem, ai, *, biases, eager, cache=None, content=True, rows=None):
-        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, eager=eager, cache=cache, content=content, rows=rows)
+    def forward(self, h, g, mem, ai, *, biases, kernel, cache=None, content=True, rows=None):
+        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, kernel=kernel, cache=cache, content=content, rows=rows)
         if g is None:
             return self.ff(h), None, probs
         if not content:
@@ -691,6 +752,7 @@ class XLNetLitePreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = True
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True
     _no_split_modules = ["XLNetLiteLayer"]
 
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
@@ -868,7 +930,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
-            seg_classes=segment_dims(seg_keys, cfg.d_head) if seg_keys is not None and shortcuts else 0,
+            # flex_attention adds the segment term inside its kernel: no one-hot dims on the keys
+            seg_classes=(segment_dims(seg_keys, cfg.d_head) if seg_keys is not None and shortcuts
+                         and cfg._attn_implementation != "flex_attention" else 0),
             query_pos=query_pos,
             query_valid=query_valid,
         )
@@ -988,7 +1052,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         and attentions. When the output is the query stream, the last layer's content stream feeds nothing and
         is skipped (unless its hidden states or attentions are asked for); last_rows (a slice) keeps only those
         positions of the last layer's content stream."""
-        eager = output_attentions or self.config._attn_implementation not in ("sdpa",)
+        kernel = self.config._attn_implementation
+        if output_attentions or kernel not in ("sdpa", "flex_attention"):
+            kernel = "eager"  # only the explicit kernel returns the probabilities
         skip_last_content = g is not None and not (output_attentions or output_hidden_states)
         new_mems, hidden_states, attentions = [], [], []
         for i, layer in enumerate(self.layer):
@@ -999,7 +1065,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 hidden_states += [h] if g is None else [h, g]
             last = i == len(self.layer) - 1
             h, g, probs = layer(
-                h, g, mem, ai, biases=self.layer_biases(layer), eager=eager, cache=cache,
+                h, g, mem, ai, biases=self.layer_biases(layer), kernel=kernel, cache=cache,
                 content=not (skip_last_content and last), rows=last_rows if last else None,
             )
             if output_attentions:
