@@ -60,7 +60,7 @@ def load_points(paths, reference_paths=(), require_random_init=True):
                 "pretrained": p["mean"], "pretrained_std": p["std"], "seeds": p["n"],
                 "pretrained_validation": arms["pretrained"].get("validation_accuracy", {}).get("mean"),
                 "pretraining_args": data.get("pretraining_args"),
-                "random_init": r["mean"], "random_init_std": r["std"], "tfidf": tfidf,
+                "random_init": r["mean"], "random_init_std": r["std"], "random_init_seeds": r.get("n"), "tfidf": tfidf,
                 "gain_over_random_init": None if r["mean"] is None else p["mean"] - r["mean"],
                 "gain_std": None if r["mean"] is None else math.hypot(p["std"], r["std"]),
                 "gain_over_tfidf": None if tfidf is None else p["mean"] - tfidf,

@@ -37,13 +37,25 @@ def changed_pretraining_flags(recorded):
                     if k in defaults and k not in NOT_A_LEVER and v != defaults[k])
 
 
+def machine(environment, device, gpu):
+    """A short name for where the arm ran: the GPU, or the CPU with the units that decide its bf16 speed."""
+    if device == "gpu":
+        return gpu
+    units, cpu = environment.get("cpu_bf16_units") or {}, str(environment.get("cpu"))
+    kind = "AMX" if units.get("amx") else "AVX512-BF16" if units.get("avx512_bf16") else environment.get("cpu_capability")
+    name = next((short for short in ("Xeon", "EPYC") if short in cpu), cpu)
+    return f"{name} ({kind})" if kind else name
+
+
 def lever_rows(named_files, reference_paths=()):
     rows = []
     for name, path in named_files:
+        environment = json.loads(Path(path).read_text()).get("environment", {})
         # the file itself read last among the references: its own random-init and TF-IDF arms, where it has them,
         # are the ones its pretrained arm is held against
         for q in load_points([path], [*reference_paths, path], require_random_init=False):
-            rows.append({"lever": name, **q, "pretraining_flags": changed_pretraining_flags(q["pretraining_args"])})
+            rows.append({"lever": name, **q, "pretraining_flags": changed_pretraining_flags(q["pretraining_args"]),
+                         "machine": machine(environment, q["device"], q["machine"])})
     return rows
 
 
@@ -55,7 +67,7 @@ def _pm(mean, std, seeds=None):
 
 def markdown(rows):
     lines = ["| lever | labels/group | finetuning | pretraining | PLM loss - unigram | test | validation | random init "
-             "| gain | machine | file |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| gain | machine, precision | file |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for q in rows:
         flags = "" if not q["pretraining_flags"] else f" (`{q['pretraining_flags']}`)"
         gain = "" if q["gain_over_random_init"] is None else f"{100 * q['gain_over_random_init']:+.1f}"
@@ -64,7 +76,8 @@ def markdown(rows):
             f"{q['pretraining_steps']:,} steps, {q['pretraining_tokens'] / 1e6:.1f}M tokens | "
             f"{q['eval_loss_minus_unigram']:+.2f} | {_pm(q['pretrained'], q['pretrained_std'], q['seeds'])} | "
             f"{'' if q['pretrained_validation'] is None else format(q['pretrained_validation'], '.3f')} | "
-            f"{_pm(q['random_init'], q['random_init_std'])} | {gain} | {q['machine']} | {Path(q['file']).name} |")
+            f"{_pm(q['random_init'], q['random_init_std'], q['random_init_seeds'])} | {gain} | {q['machine']}, "
+            f"{'fp32' if q['pretraining_precision'] == 'no' else q['pretraining_precision']} | {Path(q['file']).name} |")
     return "\n".join(lines)
 
 

@@ -348,7 +348,7 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     assert rows[0]["random_init"] == pytest.approx(0.40) and round(100 * rows[0]["gain_over_random_init"], 1) == -9.0
     assert rows[1]["random_init"] == pytest.approx(0.48) and rows[1]["pretraining_flags"] == "--per_device_train_batch_size 8"
     assert "| batch 8 (`--per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | " \
-           "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 |" in table
+           "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 | a test CPU, bf16 |" in table
     assert rows[2]["gain_over_random_init"] is None and rows[0]["pretraining_flags"] is None
     assert json.loads((tmp_path / "levers.json").read_text())["rows"][1]["pretrained"] == pytest.approx(0.322)
     repo = Path(__file__).resolve().parents[1]
