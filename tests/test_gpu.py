@@ -34,6 +34,11 @@ def impl(request):
     return request.param
 
 
+def sized(impl, **overrides):
+    """The tiny config's overrides, with a head size of 16 for flex_attention (its CUDA kernels' smallest; TINY's is 8)."""
+    return {**overrides, **({"n_head": 2} if impl == "flex_attention" else {})}
+
+
 @pytest.fixture(autouse=True)
 def exact_fp32():
     """fp32 matmuls in fp32 (no TF32), so that equivalence is to fp32 rounding."""
@@ -90,7 +95,7 @@ HEADS = {
 @pytest.mark.parametrize("head", list(HEADS))
 def test_every_head_equals_transformers_on_cuda(head, impl):
     overrides, inputs, outputs = HEADS[head]
-    hf, lite = (m.to(CUDA) for m in twins(head, **overrides))
+    hf, lite = (m.to(CUDA) for m in twins(head, **sized(impl, **overrides)))
     lite.config._attn_implementation = impl
     batch = inputs()
     with torch.no_grad():
@@ -119,7 +124,7 @@ def test_training_gradients_are_the_same_on_every_kernel_on_cuda(impl):
     the explicit kernel in fp32: flex_attention's backward runs only here, on a GPU."""
     results = []
     for kernel in ("eager", impl):
-        _, lite = twins(mem_len=6)
+        _, lite = twins(**sized(impl, mem_len=6))
         lite = lite.to(CUDA).train()
         lite.config._attn_implementation = kernel
         results.append(step(lite, autocast=False))
@@ -142,7 +147,7 @@ def step(model, autocast):
 def test_bf16_autocast_training_step_tracks_fp32_on_cuda(impl):
     grads = []
     for autocast in (False, True):
-        _, lite = twins(mem_len=6)
+        _, lite = twins(**sized(impl, mem_len=6))
         lite = lite.to(CUDA).train()
         lite.config._attn_implementation = impl
         grads.append(step(lite, autocast))
@@ -153,7 +158,7 @@ def test_bf16_autocast_training_step_tracks_fp32_on_cuda(impl):
 
 
 def test_mems_across_two_segments_on_cuda(impl):
-    hf, lite = (m.to(CUDA) for m in twins(mem_len=8))
+    hf, lite = (m.to(CUDA) for m in twins(**sized(impl, mem_len=8)))
     lite.config._attn_implementation = impl
     with torch.no_grad():
         a1, b1 = hf(ids(1), use_mems=True), lite(ids(1), use_mems=True)
@@ -166,7 +171,7 @@ def test_mems_across_two_segments_on_cuda(impl):
 
 @pytest.mark.parametrize("overrides", [{}, {"mem_len": 6}])
 def test_generate_equals_transformers_on_cuda(impl, overrides):
-    hf, lite = (m.to(CUDA) for m in twins(**overrides))
+    hf, lite = (m.to(CUDA) for m in twins(**sized(impl, **overrides)))
     lite.config._attn_implementation = impl
     prompt = ids(7, (2, 6)).clamp(min=8)
     settings = dict(max_new_tokens=10, do_sample=False, pad_token_id=5, eos_token_id=None)

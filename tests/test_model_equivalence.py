@@ -171,7 +171,8 @@ def test_classification_logits_and_loss(forward_impl, problem):
 
 def test_flex_attention_writes_no_score_tensor_and_refuses_attention_dropout(monkeypatch):
     """The flex kernel never calls the explicit kernel's rel_shift (the positional term is read inside the kernel);
-    with dropout in training it says why it cannot run instead of dropping nothing."""
+    with dropout in training, or compiled on the CPU, it says why it cannot run instead of dropping nothing or
+    running the CPU's compiled flex kernels."""
     import xlnet_lite.modeling_xlnet_lite as modeling
 
     hf, lite = twins(mem_len=4)
@@ -187,6 +188,9 @@ def test_flex_attention_writes_no_score_tensor_and_refuses_attention_dropout(mon
     lite.config._attn_implementation = "flex_attention"
     with pytest.raises(ValueError, match="no attention dropout.*dropout 0.*'sdpa'"):
         lite.train()(input_ids=ids())
+    compiled = torch.compile(lite.eval(), fullgraph=True, dynamic=False)  # the CPU's compiled flex kernels: refused
+    with pytest.raises(Exception, match="under torch.compile needs CUDA"), torch.no_grad():
+        compiled(input_ids=ids())
 
 
 def test_hidden_states_and_attentions_match():
@@ -404,3 +408,6 @@ def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
         with torch.no_grad():
             losses[name] = variant.forward(**variant.inputs).loss
     close(losses["lite_flex_bf16"], losses["lite_sdpa_nodrop_bf16"])
+    for name in bench_gpu.NAMES:  # every row's FLOPs come from a row that is counted, and kept by --no-compile
+        twin = bench_gpu.FLOP_TWIN.get(name, name)
+        assert twin in bench_gpu.NAMES and twin not in bench_gpu.FLOP_TWIN and not bench_gpu.compiled(twin), name

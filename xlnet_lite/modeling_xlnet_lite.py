@@ -553,9 +553,10 @@ _compiled_flex_attention = None
 
 
 def flex_attention_kernel(device):
-    """torch's flex_attention, compiled once on CUDA (uncompiled it runs a slow reference that writes every score);
-    inside a graph torch.compile is already tracing, and on the CPU (no flex backward there, and compiled CPU kernels
-    that are only right on block-aligned lengths in torch 2.13), the plain function."""
+    """torch's flex_attention compiled on CUDA (uncompiled it runs a slow reference that writes every score), one
+    compiled kernel per shape: made for training at fixed shapes (the pretraining recipe's); past torch's recompile
+    limit (8 shapes, e.g. generate()'s growing keys) torch runs the reference. Inside a graph torch.compile is already
+    tracing, and on the CPU (forward under torch.no_grad() only: no CPU flex backward), the plain function."""
     global _compiled_flex_attention
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -570,12 +571,20 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     """The attention core through flex_attention. The kernel computes (q + u)k / sqrt(D); a score_mod adds the
     positional term, read from the unshifted (B, N, Q, R) scores (q + v)R at the key's relative position (rel_shift's
     index qlen - pos_i + j), the segment term (q + b)(s_same - s_diff) where query and key share a segment, and -inf
-    where the key is blocked, so no (B, N, Q, K) tensor is written. A row with every key blocked comes out 0, as the
-    explicit kernel's no_key rows. flex_attention takes no dropout on the probabilities: training with dropout
+    where the key is blocked, so no (B, N, Q, K) score, bias or mask tensor is written (the unshifted positional scores,
+    (B, N, Q, R) with R = K + T under "bi" attention, are, and kept for backward, as in the explicit kernel). A row
+    with every key blocked comes out 0, as the explicit kernel's no_key rows. flex_attention takes no dropout on the probabilities: training with dropout
     raises. q (B, N, Q, D) -> (B, Q, N*D)."""
     if attn.training and attn.dropout.p > 0:
         raise ValueError(f"attn_implementation='flex_attention' has no attention dropout: train with dropout 0 (the "
                          f"pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'")
+    if q.is_cuda and attn.d_head < 16:
+        raise ValueError(f"attn_implementation='flex_attention' needs a head size of at least 16 on CUDA (its "
+                         f"kernels' smallest); this model has d_model / n_head = {attn.d_head}: use 'sdpa'")
+    if not q.is_cuda and torch.compiler.is_compiling():
+        raise ValueError("attn_implementation='flex_attention' under torch.compile needs CUDA: PyTorch's compiled CPU "
+                         "flex kernels have no backward (and gave wrong outputs on lengths that are not multiples of "
+                         "128 here); use 'eager' or 'sdpa' on the CPU")
     k, v, kr = keys
     u, v_bias, b = biases
     B, N, Q, _ = q.shape
