@@ -341,10 +341,17 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     data = json.loads(odd.read_text())
     del data["summary"]["50"]["random_init"]
     odd.write_text(json.dumps(data))
-    rows = levers.main([f"own=={own}", f"batch 8={tmp_path / 'b8.json'}", f"16 epochs={odd}",
+    mean = bench_file(tmp_path / "mean.json", "50", [0.2] * 3, [0.24] * 3, 0.0, steps=600, flags="--summary_type mean")
+    data = json.loads(bench_file(tmp_path / "mean_pt.json", "50", [0.39] * 3, [0.0], 0.0, flags="--summary_type mean")
+                      .read_text())
+    del data["summary"]["50"]["random_init"]
+    (tmp_path / "mean_pt.json").write_text(json.dumps(data))
+    rows = levers.main([f"own=={own}", f"batch 8={tmp_path / 'b8.json'}", f"16 epochs={odd}", f"mean={mean}",
+                        f"mean, longer={tmp_path / 'mean_pt.json'}",
                         "--reference", str(reference), "--out", str(tmp_path / "levers.json")])
     table = capsys.readouterr().out
-    assert [r["lever"] for r in rows] == ["own=", "batch 8", "16 epochs"]  # the name may hold '='; the path may not
+    assert [r["lever"] for r in rows] == ["own=", "batch 8", "16 epochs", "mean", "mean, longer"]  # '=' in a name
+    assert rows[4]["random_init"] == pytest.approx(0.24)  # another named file's random arm with the same flags
     assert rows[0]["random_init"] == pytest.approx(0.40) and round(100 * rows[0]["gain_over_random_init"], 1) == -9.0
     assert rows[1]["random_init"] == pytest.approx(0.48) and rows[1]["pretraining_flags"] == "--per_device_train_batch_size 8"
     assert "| batch 8 (`--per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | " \
