@@ -15,6 +15,7 @@ recipe's defaults are listed beside the name, so the name can be checked against
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def main(argv=None):
     print(markdown(rows))
     if args.out:
         Path(args.out).write_text(json.dumps({
-            "command": "python -m benchmarks.levers " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m benchmarks.levers " + shlex.join(argv if argv is not None else sys.argv[1:]),
             "rows": rows}, indent=2) + "\n")
     return rows
 
