@@ -21,9 +21,11 @@ import sys
 from pathlib import Path
 
 
-def load_points(paths, reference_paths=(), require_random_init=True):
-    """One point per (file, labels) pretrained arm, joined with its random-init and TF-IDF references. Without
-    require_random_init a point whose reference is missing gets None for it and for the gains instead of an error."""
+def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=False):
+    """One point per (file, labels) pretrained arm, joined with its random-init and TF-IDF references (of the same
+    labels and flags; where several files have one, the last given, references last). With prefer_own a file's own
+    random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing gets None
+    for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
     random_arms, tfidf_rows = {}, {}  # (labels, flags, device) -> random-init arm; (labels, flags) -> TF-IDF row
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
@@ -42,6 +44,8 @@ def load_points(paths, reference_paths=(), require_random_init=True):
             ref = {"tfidf": tfidf_rows.get((labels, data["finetune_flags"]), {})}
             if (labels, data["finetune_flags"], device) in random_arms:
                 ref["random_init"] = random_arms[(labels, data["finetune_flags"], device)]
+            if prefer_own:
+                ref.update({arm: arms[arm] for arm in ("random_init", "tfidf") if arm in arms})
             if "random_init" not in ref and require_random_init:
                 raise SystemExit(f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
                                  f"{data['finetune_flags']!r} on the {device} in any file given")

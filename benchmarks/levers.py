@@ -7,7 +7,8 @@
 
 Each argument is NAME=FILE, a result file of `benchmarks.bench_newsgroups` and the lever it measures; the random-init
 and TF-IDF references are joined as `benchmarks.compute_curve` joins them (same labels and finetuning flags; a GPU
-point against a GPU random arm): the file's own arms first, then a --reference file's, then another named file's. An arm whose finetuning flags no file's random arm shares keeps an empty gain.
+point against a GPU random arm): the file's own arms first, then a --reference file's, then another named file's.
+An arm whose finetuning flags no file's random arm shares keeps an empty gain.
 Where the file records its pretraining's arguments (`pretraining_args`), the flags that differ from the pretraining
 recipe's defaults are listed beside the name, so the name can be checked against what ran.
 """
@@ -49,15 +50,16 @@ def machine(environment, device, gpu):
 
 
 def lever_rows(named_files, reference_paths=()):
+    """The rows in the order the arms were named. Each file is read once: its own random-init and TF-IDF arms, where
+    it has them, are the ones its pretrained arm is held against; otherwise a --reference file's, then another named
+    file's with the same labels and flags."""
+    paths = list(dict.fromkeys(path for _, path in named_files))
+    points = load_points(paths, reference_paths, require_random_init=False, prefer_own=True)
     rows = []
-    every_file = [*(path for _, path in named_files), *reference_paths]  # later files win: --reference over named
     for name, path in named_files:
         environment = json.loads(Path(path).read_text()).get("environment", {})
-        # the file itself read last: its own random-init and TF-IDF arms, where it has them, are the ones its
-        # pretrained arm is held against; otherwise a --reference file's, then another named file's
-        for q in load_points([path], [*every_file, path], require_random_init=False):
-            rows.append({"lever": name, **q, "pretraining_flags": changed_pretraining_flags(q["pretraining_args"]),
-                         "machine": machine(environment, q["device"], q["machine"])})
+        rows += [{"lever": name, **q, "pretraining_flags": changed_pretraining_flags(q["pretraining_args"]),
+                  "machine": machine(environment, q["device"], q["machine"])} for q in points if q["file"] == path]
     return rows
 
 
