@@ -598,7 +598,7 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     if seg_q is not None:
         seg = (q + b.to(q.dtype)[:, None]) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
         gain = ((seg[..., 0] - seg[..., 1]) * attn.scale).contiguous()  # (B, N, Q)
-        seg_q, seg_keys = seg_q.expand(B, -1).contiguous(), seg_keys.expand(B, -1).contiguous()
+        seg_q, seg_keys = seg_q.contiguous(), seg_keys.contiguous()  # (B, Q), (B, K)
     blocked = None if blocked is None else blocked[:, 0].expand(B, -1, -1)  # (B, Q, K)
 
     def score_mod(score, bi, h, i, j):
