@@ -146,7 +146,9 @@ def step_memory(variant):
 def run_config(args, name, device):
     cfg = CONFIGS[name]
     tokens = cfg["batch"] * cfg["seq_len"]
-    names = [n for n in NAMES if not (args.no_compile and compiled(n))]
+    wanted = set(args.variants or NAMES) | {"hf_bf16"}  # transformers' row is the reference of every ratio
+    wanted |= {FLOP_TWIN[n] for n in wanted if n in FLOP_TWIN}  # the eager row whose FLOPs a row is charged
+    names = [n for n in NAMES if n in wanted and not (args.no_compile and compiled(n))]
     print(f"\n=== {name}: {cfg}", flush=True)
     peak = bf16_peak(device)
     variants = {n: to_gpu(v, device) for n, v in build(cfg, names).items()}  # built on the CPU, then moved
@@ -189,6 +191,9 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    parser.add_argument("--variants", nargs="+", choices=NAMES, metavar="ROW",
+                        help="the rows to time (default: all); transformers' row and the eager row each row's FLOPs "
+                             "are counted on come along. Rows: " + ", ".join(NAMES))
     parser.add_argument("--out", default="benchmarks/results/gpu/model.json")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
