@@ -169,19 +169,20 @@ def test_classification_logits_and_loss(forward_impl, problem):
     close(a.loss, b.loss)
 
 
-def test_flex_attention_writes_no_score_tensor_and_refuses_attention_dropout(monkeypatch):
-    """The flex kernel never calls the explicit kernel's rel_shift (the positional term is read inside the kernel);
-    with dropout in training, or compiled on the CPU, it says why it cannot run instead of dropping nothing or
-    running the CPU's compiled flex kernels."""
+def test_flex_attention_masks_inside_the_kernel_and_refuses_attention_dropout(monkeypatch):
+    """The flex kernel never calls the explicit kernel's masking nor SDPA (the masks and the segment term are read
+    inside the kernel); with dropout in training, or compiled on the CPU, it says why it cannot run instead of
+    dropping nothing or running the CPU's compiled flex kernels."""
     import xlnet_lite.modeling_xlnet_lite as modeling
 
     hf, lite = twins(mem_len=4)
     perm_mask, target_mapping = xlnet_masks(B, T, 3)
 
-    def no_shift(*args, **kwargs):
-        raise AssertionError("rel_shift called")
+    def refuse(*args, **kwargs):
+        raise AssertionError("the explicit or SDPA kernel called")
 
-    monkeypatch.setattr(modeling, "rel_shift", no_shift)
+    monkeypatch.setattr(modeling, "fill_blocked", refuse)
+    monkeypatch.setattr(modeling.F, "scaled_dot_product_attention", refuse)
     a, b = run_both(hf, lite, "flex_attention", input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping)
     close(a.logits, b.logits)
     _, lite = twins(dropout=0.1)

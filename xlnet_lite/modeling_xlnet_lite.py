@@ -440,8 +440,8 @@ class XLNetLiteRelativeAttention(nn.Module):
         every key of a row, so softmax drops it. Under torch.compile (seg_classes 0: counting the segment ids would
         read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns
         (B, Q, N*D) and the probabilities (explicit path only). A query that may see no key attends to nothing.
-        kernel: "eager" (explicit), "sdpa" or "flex_attention" (flex_attend: the positional and segment terms and the
-        masks read inside the kernel, never written as (B, N, Q, K) tensors).
+        kernel: "eager" (explicit), "sdpa" or "flex_attention" (flex_attend: the positional term added inside the
+        kernel, the segment term and the masks read there, never written as (B, N, Q, K) tensors).
         """
         k, v, kr = keys
         u, v_bias, b = biases
@@ -569,12 +569,13 @@ def flex_attention_kernel(device):
 
 def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen):
     """The attention core through flex_attention. The kernel computes (q + u)k / sqrt(D); a score_mod adds the
-    positional term, read from the unshifted (B, N, Q, R) scores (q + v)R at the key's relative position (rel_shift's
-    index qlen - pos_i + j), the segment term (q + b)(s_same - s_diff) where query and key share a segment, and -inf
-    where the key is blocked, so no (B, N, Q, K) score, bias or mask tensor is written (the unshifted positional scores,
-    (B, N, Q, R) with R = K + T under "bi" attention, are, and kept for backward, as in the explicit kernel). A row
-    with every key blocked comes out 0, as the explicit kernel's no_key rows. flex_attention takes no dropout on the probabilities: training with dropout
-    raises. q (B, N, Q, D) -> (B, Q, N*D)."""
+    positional term, the segment term (q + b)(s_same - s_diff) where query and key share a segment, and -inf where
+    the key is blocked, so no (B, N, Q, K) score, probability, segment or mask tensor is written. The positional term
+    is: the shifted (B, N, Q, K) scores of positional_term, written once as the SDPA kernel's bias is (reading the
+    unshifted (B, N, Q, R) scores at rel_shift's index inside the kernel instead measured 2.3x slower forward and
+    backward on an H200: a gather per score, and its gradient scattered by atomic adds; see benchmarks/RESULTS.md,
+    GPU). A row with every key blocked comes out 0, as the explicit kernel's no_key rows. flex_attention takes no
+    dropout on the probabilities: training with dropout raises. q (B, N, Q, D) -> (B, Q, N*D)."""
     if attn.training and attn.dropout.p > 0:
         raise ValueError(f"attn_implementation='flex_attention' has no attention dropout: train with dropout 0 (the "
                          f"pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'")
@@ -590,10 +591,8 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     B, N, Q, _ = q.shape
     if Q == 0:  # no query rows (an empty target_mapping): flex_attention's reference path cannot index them
         return q.new_zeros(B, 0, N * v.shape[-1])
-    raw = positional_scores((q + v_bias.to(q.dtype)[:, None]) * attn.scale, kr)  # (B, N, Q, R)
-    R = raw.shape[-1]
-    pos_q = torch.arange(Q, device=q.device).expand(B, Q) if query_pos is None else query_pos.expand(B, -1)
-    offset = (qlen - pos_q).contiguous()  # (B, Q): the relative index of key j is offset + j
+    pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * attn.scale, kr, qlen=qlen, klen=k.shape[2],
+                          query_pos=query_pos)  # (B, N, Q, K)
     gain = None
     if seg_q is not None:
         seg = (q + b.to(q.dtype)[:, None]) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
@@ -602,7 +601,7 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     blocked = None if blocked is None else blocked[:, 0].expand(B, -1, -1)  # (B, Q, K)
 
     def score_mod(score, bi, h, i, j):
-        score = score + raw[bi, h, i, torch.clamp(offset[bi, i] + j, max=R - 1)]
+        score = score + pos[bi, h, i, j]
         if gain is not None:
             score = score + torch.where(seg_q[bi, i] == seg_keys[bi, j], gain[bi, h, i], 0.0)
         if blocked is not None:
