@@ -1,6 +1,6 @@
 """XLNet-Lite against transformers' XLNet on a CUDA GPU: training tokens/s, step memory and MFU, in bf16 autocast.
 
-    python -m benchmarks.bench_gpu [--config base small] [--runs 10] [--no-compile]
+    python -m benchmarks.bench_gpu [--config base small] [--runs 10] [--no-compile] [--variants ROW ...]
                                    [--out benchmarks/results/gpu/model.json]
 
 Configs: "base" is XLNet-base's layout (d_model 768, 12 layers, 12 heads, d_inner 3072, vocab 32,000) at XLNet's
@@ -9,8 +9,8 @@ benchmarks/bench_model.py's (the pretraining recipe's preset and shapes). The va
 built the same way (same weights, batch and memory) and moved to the GPU: transformers under torch.autocast("cuda",
 bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; SDPA with the segment term added to the
 positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head size D rather than D + 8);
-flex_attention (lite_flex_bf16, the positional and segment terms and the masks read inside the kernel, no (B, N, T, K)
-tensor written; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0 as well); the
+flex_attention (lite_flex_bf16: the positional term a dense (B, N, T, K) operand, as SDPA's bias; the segment term
+and the masks read inside the kernel; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0 as well); the
 kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
 apart).
 
@@ -193,9 +193,11 @@ def main(argv=None):
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     parser.add_argument("--variants", nargs="+", choices=NAMES, metavar="ROW",
                         help="the rows to time (default: all); transformers' row and the eager row each row's FLOPs "
-                             "are counted on come along. Rows: " + ", ".join(NAMES))
+                             "are counted on come along (the like-for-like dropout-0 SDPA row of a flex row does not: name it). Rows: " + ", ".join(NAMES))
     parser.add_argument("--out", default="benchmarks/results/gpu/model.json")
     args = parser.parse_args(argv)
+    if args.no_compile and args.variants and all(compiled(n) for n in args.variants):
+        parser.error("--no-compile leaves none of the --variants rows (all compiled)")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device (torch.cuda.is_available() is False); bench_model.py times the CPU")
     if args.runs < 5:

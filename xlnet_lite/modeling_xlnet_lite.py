@@ -441,7 +441,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns
         (B, Q, N*D) and the probabilities (explicit path only). A query that may see no key attends to nothing.
         kernel: "eager" (explicit), "sdpa" or "flex_attention" (flex_attend: the positional term added inside the
-        kernel, the segment term and the masks read there, never written as (B, N, Q, K) tensors).
+        kernel; the segment term and the masks read there, never written as (B, N, Q, K) tensors).
         """
         k, v, kr = keys
         u, v_bias, b = biases
@@ -571,7 +571,8 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     """The attention core through flex_attention. The kernel computes (q + u)k / sqrt(D); a score_mod adds the
     positional term, the segment term (q + b)(s_same - s_diff) where query and key share a segment, and -inf where
     the key is blocked, so no (B, N, Q, K) score, probability, segment or mask tensor is written. The positional term
-    is: the shifted (B, N, Q, K) scores of positional_term, written once as the SDPA kernel's bias is (reading the
+    is positional_term's shifted (B, N, Q, K) scores, the same operand the SDPA kernel's bias starts from (for the
+    content stream a strided view of the (B, N, Q, R) product; reading the
     unshifted (B, N, Q, R) scores at rel_shift's index inside the kernel instead measured 2.3x slower forward and
     backward on an H200: a gather per score, and its gradient scattered by atomic adds; see benchmarks/RESULTS.md,
     GPU). A row with every key blocked comes out 0, as the explicit kernel's no_key rows. flex_attention takes no
