@@ -11,7 +11,8 @@ arm depends only on the architecture, the tokenizer and those flags, not on the 
 given with --reference, which add no points. A point finetuned on a GPU (`--device gpu`) is held against a random-init
 arm finetuned on a GPU too; TF-IDF does not depend on the device. FLOPs are the usual
 estimate, 6 x parameters x tokens. Only pretrainings with the recipe's default objective and schedule belong on
-one curve: pass those files only.
+the main curve: pass those files as results. Another pretraining recipe goes beside it as its own line with
+`--series NAME FILE [FILE ...]` (repeatable; its points carry `"series": NAME`, the defaults' `"defaults"`).
 """
 
 import argparse
@@ -76,6 +77,9 @@ def _labels_key(labels):
     return math.inf if labels == "all" else int(labels)
 
 
+DEFAULT_SERIES = "defaults"
+
+
 def plot(points, path):
     import matplotlib
 
@@ -87,8 +91,9 @@ def plot(points, path):
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
         # a line through the CPU points; a GPU point (another schedule, its own random arm) stands apart in its colour
-        line = [q for q in points if q["labels_per_class"] == labels and q.get("device") != "gpu"]
-        apart = [q for q in points if q["labels_per_class"] == labels and q.get("device") == "gpu"]
+        ours = [q for q in points if q["labels_per_class"] == labels and q.get("series", DEFAULT_SERIES) == DEFAULT_SERIES]
+        line = [q for q in ours if q.get("device") != "gpu"]
+        apart = [q for q in ours if q.get("device") == "gpu"]
         color = None
         for group, style in ((line, {}), (apart, {"ls": "none", "marker": "s", "mfc": "none", "ms": 8})):
             if not group:
@@ -102,6 +107,12 @@ def plot(points, path):
             if all(q["gain_over_tfidf"] is not None for q in group):
                 ax.plot(x, [100 * q["gain_over_tfidf"] for q in group], ls="--" if not style else "none", marker="x",
                         color=color, label=None if style else f"{labels} labels/group: pretrained - TF-IDF")
+    for series in dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != DEFAULT_SERIES):
+        for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
+            group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
+            ax.errorbar([q["pretraining_tokens"] / 1e6 for q in group], [100 * q["gain_over_random_init"] for q in group],
+                        yerr=[100 * q["gain_std"] for q in group], capsize=3, marker="D", ls=":",
+                        label=f"{labels} labels/group, {series}: pretrained - random init")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
@@ -120,19 +131,28 @@ def main(argv=None):
     parser.add_argument("results", nargs="+", help="bench_newsgroups result files")
     parser.add_argument("--reference", nargs="+", default=[],
                         help="Result files read for their random-init and TF-IDF arms only (e.g. another objective's).")
+    parser.add_argument("--series", nargs="+", action="append", default=[], metavar=("NAME", "FILE"),
+                        help="Another pretraining recipe's result files, drawn as their own line named NAME.")
     parser.add_argument("--out", default=None, help="Write the points as JSON here.")
     parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
-    for path in args.results + args.reference:
+    for series in args.series:
+        if len(series) < 2:
+            parser.error(f"--series {' '.join(series)}: give a name and at least one result file")
+    for path in args.results + args.reference + [f for series in args.series for f in series[1:]]:
         if not Path(path).is_file():
             parser.error(f"no result file {path}")
-    points = load_points(args.results, args.reference)
-    print("| labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | pretrained | random init | gain | TF-IDF "
-          "| vs TF-IDF |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    points = [q | {"series": DEFAULT_SERIES} for q in load_points(args.results, args.reference)]
+    for name, *files in args.series:  # their random-init and TF-IDF references may come from any file given
+        points += [q | {"series": name} for q in load_points(files, args.reference + args.results)]
+    points.sort(key=lambda q: (q["series"] != DEFAULT_SERIES, _labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
+    recipe = (lambda q: f"{q['series']} | ") if args.series else (lambda q: "")
+    print(f"| {'recipe | ' if args.series else ''}labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | "
+          "pretrained | random init | gain | TF-IDF | vs TF-IDF |")
+    print("|---" * (12 if args.series else 11) + "|")
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
-        print(f"| {q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
+        print(f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
               f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({q['pretraining_precision']}"
               f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
               f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "

@@ -210,6 +210,26 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
         compute_curve.main([str(other_flags), str(long)])
 
 
+def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, capsys):
+    from benchmarks import compute_curve
+
+    long = bench_file(tmp_path / "long.json", "50", [0.52, 0.50, 0.54], [0.48, 0.47, 0.49], 0.68)
+    other = json.loads(bench_file(tmp_path / "other.json", "50", [0.40, 0.39, 0.41], [0.0] * 3, 0.0, steps=600).read_text())
+    del other["summary"]["50"]["random_init"], other["summary"]["50"]["tfidf"]  # a --arms pretrained --no_tfidf run
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    compute_curve.main([str(long), "--series", "three levers", str(tmp_path / "other.json"), "--out",
+                        str(tmp_path / "c.json"), "--plot", str(tmp_path / "c.png")])
+    table = capsys.readouterr().out
+    defaults, series = json.loads((tmp_path / "c.json").read_text())["points"]
+    assert (defaults["series"], defaults["pretraining_steps"]) == ("defaults", 5940)
+    assert (series["series"], series["pretraining_steps"], series["tfidf"]) == ("three levers", 600, 0.68)
+    assert round(100 * series["gain_over_random_init"], 1) == -8.0  # against the defaults file's random arm
+    assert "| three levers | 50 | 600 |" in table and "| defaults | 50 | 5,940 |" in table
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    with pytest.raises(SystemExit):
+        compute_curve.main([str(long), "--series", "no files"])
+
+
 def test_last_epoch_against_best_counts_each_command_once(tmp_path, capsys):
     from benchmarks import last_epoch_vs_best
 
