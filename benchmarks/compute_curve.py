@@ -18,6 +18,7 @@ the main curve: pass those files as results. Another pretraining recipe goes bes
 import argparse
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -73,6 +74,10 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
     return sorted(points, key=lambda q: (_labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
 
 
+def _precision(mixed_precision):
+    return "fp32" if mixed_precision == "no" else mixed_precision
+
+
 def _labels_key(labels):
     return math.inf if labels == "all" else int(labels)
 
@@ -89,6 +94,7 @@ def plot(points, path):
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
+    colors = {}  # labels -> the defaults' colour, which another recipe's line of the same labels shares
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
         # a line through the CPU points; a GPU point (another schedule, its own random arm) stands apart in its colour
         ours = [q for q in points if q["labels_per_class"] == labels and q.get("series", DEFAULT_SERIES) == DEFAULT_SERIES]
@@ -103,7 +109,7 @@ def plot(points, path):
                                 yerr=[100 * q["gain_std"] for q in group], capsize=3, color=color,
                                 **({"marker": "o"} | style),
                                 label=f"{labels} labels/group: pretrained - random init" + (" (GPU)" if style else ""))
-            color = shown[0].get_color()
+            color = colors[labels] = shown[0].get_color()
             if all(q["gain_over_tfidf"] is not None for q in group):
                 ax.plot(x, [100 * q["gain_over_tfidf"] for q in group], ls="--" if not style else "none", marker="x",
                         color=color, label=None if style else f"{labels} labels/group: pretrained - TF-IDF")
@@ -112,7 +118,7 @@ def plot(points, path):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
             ax.errorbar([q["pretraining_tokens"] / 1e6 for q in group], [100 * q["gain_over_random_init"] for q in group],
                         yerr=[100 * q["gain_std"] for q in group], capsize=3, marker="D", ls=":",
-                        label=f"{labels} labels/group, {series}: pretrained - random init")
+                        color=colors.get(labels), label=f"{labels} labels/group, {series}: pretrained - random init")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
@@ -153,13 +159,13 @@ def main(argv=None):
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
         print(f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
-              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({q['pretraining_precision']}"
+              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({_precision(q['pretraining_precision'])}"
               f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
               f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
               f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
               f"{tfidf or ' | '} |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + " ".join(
+        Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + shlex.join(
             argv if argv is not None else sys.argv[1:]), "points": points}, indent=2) + "\n")
     if args.plot:
         plot(points, args.plot)
