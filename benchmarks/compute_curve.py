@@ -113,11 +113,12 @@ def plot(points, path):
             if all(q["gain_over_tfidf"] is not None for q in group):
                 ax.plot(x, [100 * q["gain_over_tfidf"] for q in group], ls="--" if not style else "none", marker="x",
                         color=color, label=None if style else f"{labels} labels/group: pretrained - TF-IDF")
-    for series in dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != DEFAULT_SERIES):
+    others = dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != DEFAULT_SERIES)
+    for (series, marker, ls) in zip(others, "D^vP*", (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)))):
         for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
             ax.errorbar([q["pretraining_tokens"] / 1e6 for q in group], [100 * q["gain_over_random_init"] for q in group],
-                        yerr=[100 * q["gain_std"] for q in group], capsize=3, marker="D", ls=":",
+                        yerr=[100 * q["gain_std"] for q in group], capsize=3, marker=marker, ls=ls,
                         color=colors.get(labels), label=f"{labels} labels/group, {series}: pretrained - random init")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
@@ -130,6 +131,7 @@ def plot(points, path):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return ax
 
 
 def main(argv=None):
@@ -138,20 +140,27 @@ def main(argv=None):
     parser.add_argument("--reference", nargs="+", default=[],
                         help="Result files read for their random-init and TF-IDF arms only (e.g. another objective's).")
     parser.add_argument("--series", nargs="+", action="append", default=[], metavar=("NAME", "FILE"),
-                        help="Another pretraining recipe's result files, drawn as their own line named NAME.")
+                        help="Another pretraining recipe's result files (at least one), drawn as their own line named "
+                             "NAME (up to 5 such recipes); give it after the result files, which it would take in.")
     parser.add_argument("--out", default=None, help="Write the points as JSON here.")
     parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
     for series in args.series:
         if len(series) < 2:
             parser.error(f"--series {' '.join(series)}: give a name and at least one result file")
+        if series[0] == DEFAULT_SERIES or [s[0] for s in args.series].count(series[0]) > 1:
+            parser.error(f"--series {series[0]}: the name is taken (the result files are {DEFAULT_SERIES!r}; one "
+                         "--series per name)")
+    if len(args.series) > 5:
+        parser.error("--series: at most 5 other recipes in one plot")
     for path in args.results + args.reference + [f for series in args.series for f in series[1:]]:
         if not Path(path).is_file():
             parser.error(f"no result file {path}")
     points = [q | {"series": DEFAULT_SERIES} for q in load_points(args.results, args.reference)]
     for name, *files in args.series:  # their random-init and TF-IDF references may come from any file given
         points += [q | {"series": name} for q in load_points(files, args.reference + args.results)]
-    points.sort(key=lambda q: (q["series"] != DEFAULT_SERIES, _labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
+    order = {DEFAULT_SERIES: 0, **{name: i + 1 for i, (name, *_) in enumerate(args.series)}}
+    points.sort(key=lambda q: (order[q["series"]], _labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
     recipe = (lambda q: f"{q['series']} | ") if args.series else (lambda q: "")
     print(f"| {'recipe | ' if args.series else ''}labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | "
           "pretrained | random init | gain | TF-IDF | vs TF-IDF |")

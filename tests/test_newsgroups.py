@@ -226,8 +226,13 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
     assert round(100 * series["gain_over_random_init"], 1) == -8.0  # against the defaults file's random arm
     assert "| three levers | 50 | 600 |" in table and "| defaults | 50 | 5,940 |" in table
     assert (tmp_path / "c.png").stat().st_size > 1000
-    with pytest.raises(SystemExit):
-        compute_curve.main([str(long), "--series", "no files"])
+    ax = compute_curve.plot([defaults, series], tmp_path / "d.png")
+    lines = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}
+    assert lines["50 labels/group, three levers: pretrained - random init"] == [pytest.approx(600 * 2048 / 1e6)]
+    assert lines["50 labels/group: pretrained - random init"] == [pytest.approx(5940 * 2048 / 1e6)]
+    for bad in (["--series", "no files"], ["--series", "defaults", str(tmp_path / "other.json")]):
+        with pytest.raises(SystemExit):
+            compute_curve.main([str(long), *bad])
 
 
 def test_last_epoch_against_best_counts_each_command_once(tmp_path, capsys):
