@@ -95,7 +95,8 @@ CONFIGS = {
     "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,
                       num_predict=43, mem_len=None, reuse_len=None, dropout=0.0),
     "small": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=16, seq_len=128,
-                  num_predict=22, mem_len=96, reuse_len=64, dropout=0.0),  # the recipe pretrains without dropout
+                  num_predict=22, mem_len=96, reuse_len=64, dropout=0.0),  # the recipe pretrains without dropout;
+    # P 22 is XLNet's 1/6 of 128, the recipe's default before it predicted a third (P 43): the speed tables keep it
     "large": dict(vocab_size=8000, d_model=512, n_layer=6, n_head=8, d_inner=2048, batch=4, seq_len=512,
                   num_predict=85, mem_len=256, reuse_len=256),
 }

@@ -8,8 +8,8 @@ from a short sweep); each finetuned on the in-domain news-topic task and on Rott
     python -m benchmarks.bench_pretraining_value --budgets 6 12 --xlnet_variant default= \
         --xlnet_variant "span1_const=--max_span_length 1 --lr_scheduler_type constant_with_warmup"
 
---xlnet_variant NAME=FLAGS adds an XLNet-Lite arm pretrained with extra run_pretraining.py flags (the levers of
-issue 16: span length, schedule, plm_probability, ...), finetuned and tabled like the others.
+--xlnet_variant NAME=FLAGS adds an XLNet-Lite arm pretrained with extra run_pretraining.py flags (a pretraining
+lever: span length, schedule, plm_probability, ...), finetuned and tabled like the others.
 
 Pretraining: `pretrain/run_pretraining.py --max_train_minutes M` (the small preset, its defaults: batch 16, seq_len
 128, lr 3e-4, 100 warmup steps, linear decay to zero at the deadline) and `benchmarks.baselines.bert_mlm.pretrain_mlm`

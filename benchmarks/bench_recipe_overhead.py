@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ import torch
 
 import xlnet_lite
 from benchmarks.environment import environment
+from pretrain import run_pretraining
 from xlnet_lite import training
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,7 +144,8 @@ def main():
              "--eval_steps", "20", "--checkpointing_steps", "0", "--num_warmup_steps", "10"])
         config = xlnet_lite.XLNetLiteConfig.from_pretrained(pre)
         config.update(dict(reuse_len=64, use_mems_train=True))  # the recipe's training values (reset when saved)
-        batch = pretraining_batch(config, batch=16, seq_len=128, num_predict=22)
+        num_predict = math.ceil(128 * run_pretraining.PretrainingArguments.plm_probability)  # the recipe's P
+        batch = pretraining_batch(config, batch=16, seq_len=128, num_predict=num_predict)
         model = xlnet_lite.XLNetLiteLMHeadModel(config)
         pre_hyper = dict(learning_rate=3e-4, weight_decay=0.01, eps=1e-8, bf16=args.precision == "bf16")
         pre_cmd = [*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--overwrite_output_dir",

@@ -10,9 +10,9 @@ pretrained` takes its random-init reference from another file with the same labe
 arm depends only on the architecture, the tokenizer and those flags, not on the pretraining), also from the files
 given with --reference, which add no points. A point finetuned on a GPU (`--device gpu`) is held against a random-init
 arm finetuned on a GPU too; TF-IDF does not depend on the device. FLOPs are the usual
-estimate, 6 x parameters x tokens. Only pretrainings with the recipe's default objective and schedule belong on
-the main curve: pass those files as results. Another pretraining recipe goes beside it as its own line with
-`--series NAME FILE [FILE ...]` (repeatable; its points carry `"series": NAME`, the defaults' `"defaults"`).
+estimate, 6 x parameters x tokens. The result files make the main line and should share one pretraining objective
+and schedule (`--name` names it; default "defaults"). Another pretraining recipe goes beside it as its own line with
+`--series NAME FILE [FILE ...]` (repeatable); every point carries its line's name as `"series"`.
 """
 
 import argparse
@@ -85,7 +85,8 @@ def _labels_key(labels):
 DEFAULT_SERIES = "defaults"
 
 
-def plot(points, path):
+def plot(points, path, main=DEFAULT_SERIES):
+    """The gains against tokens; `main` is the series drawn as the main line (CPU line, GPU points apart)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,10 +95,11 @@ def plot(points, path):
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
-    colors = {}  # labels -> the defaults' colour, which another recipe's line of the same labels shares
+    colors = {}  # labels -> the main line's colour, which another recipe's line of the same labels shares
+    named = "" if main == DEFAULT_SERIES else f", {main}"
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
         # a line through the CPU points; a GPU point (another schedule, its own random arm) stands apart in its colour
-        ours = [q for q in points if q["labels_per_class"] == labels and q.get("series", DEFAULT_SERIES) == DEFAULT_SERIES]
+        ours = [q for q in points if q["labels_per_class"] == labels and q.get("series", DEFAULT_SERIES) == main]
         line = [q for q in ours if q.get("device") != "gpu"]
         apart = [q for q in ours if q.get("device") == "gpu"]
         color = None
@@ -108,12 +110,12 @@ def plot(points, path):
             shown = ax.errorbar(x, [100 * q["gain_over_random_init"] for q in group],
                                 yerr=[100 * q["gain_std"] for q in group], capsize=3, color=color,
                                 **({"marker": "o"} | style),
-                                label=f"{labels} labels/group: pretrained - random init" + (" (GPU)" if style else ""))
+                                label=f"{labels} labels/group{named}: pretrained - random init" + (" (GPU)" if style else ""))
             color = colors[labels] = shown[0].get_color()
             if all(q["gain_over_tfidf"] is not None for q in group):
                 ax.plot(x, [100 * q["gain_over_tfidf"] for q in group], ls="--" if not style else "none", marker="x",
-                        color=color, label=None if style else f"{labels} labels/group: pretrained - TF-IDF")
-    others = dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != DEFAULT_SERIES)
+                        color=color, label=None if style else f"{labels} labels/group{named}: pretrained - TF-IDF")
+    others = dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != main)
     for (series, marker, ls) in zip(others, "D^vP*", (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)))):
         for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
@@ -139,6 +141,8 @@ def main(argv=None):
     parser.add_argument("results", nargs="+", help="bench_newsgroups result files")
     parser.add_argument("--reference", nargs="+", default=[],
                         help="Result files read for their random-init and TF-IDF arms only (e.g. another objective's).")
+    parser.add_argument("--name", default=DEFAULT_SERIES,
+                        help="The result files' pretraining recipe, as the table and the legend name it.")
     parser.add_argument("--series", nargs="+", action="append", default=[], metavar=("NAME", "FILE"),
                         help="Another pretraining recipe's result files (at least one), drawn as their own line named "
                              "NAME (up to 5 such recipes); give it after the result files, which it would take in.")
@@ -148,18 +152,18 @@ def main(argv=None):
     for series in args.series:
         if len(series) < 2:
             parser.error(f"--series {' '.join(series)}: give a name and at least one result file")
-        if series[0] == DEFAULT_SERIES or [s[0] for s in args.series].count(series[0]) > 1:
-            parser.error(f"--series {series[0]}: the name is taken (the result files are {DEFAULT_SERIES!r}; one "
+        if series[0] == args.name or [s[0] for s in args.series].count(series[0]) > 1:
+            parser.error(f"--series {series[0]}: the name is taken (the result files are {args.name!r}; one "
                          "--series per name)")
     if len(args.series) > 5:
         parser.error("--series: at most 5 other recipes in one plot")
     for path in args.results + args.reference + [f for series in args.series for f in series[1:]]:
         if not Path(path).is_file():
             parser.error(f"no result file {path}")
-    points = [q | {"series": DEFAULT_SERIES} for q in load_points(args.results, args.reference)]
+    points = [q | {"series": args.name} for q in load_points(args.results, args.reference)]
     for name, *files in args.series:  # their random-init and TF-IDF references may come from any file given
         points += [q | {"series": name} for q in load_points(files, args.reference + args.results)]
-    order = {DEFAULT_SERIES: 0, **{name: i + 1 for i, (name, *_) in enumerate(args.series)}}
+    order = {args.name: 0, **{name: i + 1 for i, (name, *_) in enumerate(args.series)}}
     points.sort(key=lambda q: (order[q["series"]], _labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
     recipe = (lambda q: f"{q['series']} | ") if args.series else (lambda q: "")
     print(f"| {'recipe | ' if args.series else ''}labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | "
@@ -177,7 +181,7 @@ def main(argv=None):
         Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + shlex.join(
             argv if argv is not None else sys.argv[1:]), "points": points}, indent=2) + "\n")
     if args.plot:
-        plot(points, args.plot)
+        plot(points, args.plot, main=args.name)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Each argument is NAME=FILE, a result file of `benchmarks.bench_newsgroups` and t
 and TF-IDF references are joined as `benchmarks.compute_curve` joins them (same labels and finetuning flags; a GPU
 point against a GPU random arm): the file's own arms first, then a --reference file's, then another named file's.
 An arm whose finetuning flags no file's random arm shares keeps an empty gain.
-Where the file records its pretraining's arguments (`pretraining_args`), the flags that differ from the pretraining
-recipe's defaults are listed beside the name, so the name can be checked against what ran.
+Where the file records its pretraining's arguments (`pretraining_args`), the flags that differ from XLNet's objective
+settings (spans of up to 5 tokens, 1/6 predicted, linear decay: where the levers start from) and the pretraining
+recipe's other defaults are listed beside the name, so the name can be checked against what ran.
 """
 
 import argparse
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from benchmarks.compute_curve import _precision, load_points
 
+# XLNet's objective settings, which the recipe's defaults replace with the three levers measured here
+XLNET_OBJECTIVE = {"max_span_length": 5, "plm_probability": 1 / 6, "lr_scheduler_type": "linear"}
 # arguments that name places or bookkeeping, not the pretraining itself
 NOT_A_LEVER = {"output_dir", "overwrite_output_dir", "resume_from_checkpoint", "token_store_cache_dir", "logging_steps",
                "checkpointing_steps", "save_total_limit", "with_tracking", "report_to", "push_to_hub", "hub_model_id",
@@ -29,12 +32,14 @@ NOT_A_LEVER = {"output_dir", "overwrite_output_dir", "resume_from_checkpoint", "
 
 
 def changed_pretraining_flags(recorded):
-    """`--flag value` for each recorded pretraining argument that differs from the recipe's default (None: not recorded)."""
+    """`--flag value` for each recorded pretraining argument that differs from XLNet's objective settings and the
+    recipe's other defaults (None: not recorded)."""
     if recorded is None:
         return None
     from pretrain.run_pretraining import PretrainingArguments
 
     defaults = {f.name: f.default for f in dataclasses.fields(PretrainingArguments) if f.default is not dataclasses.MISSING}
+    defaults |= XLNET_OBJECTIVE
     return " ".join(f"--{k} {v:.4g}" if isinstance(v, float) else f"--{k} {v}" for k, v in sorted(recorded.items())
                     if k in defaults and k not in NOT_A_LEVER and v != defaults[k])
 

@@ -8,7 +8,10 @@ With no flags: the `small` preset on the training text of 20 Newsgroups (without
 finetune/run_glue.py's default task; --embedded_corpus news for the embedded news articles, newsgroups+news for both,
 rotten_tomatoes for the plot summaries and reviews of the Rotten Tomatoes training movies),
 a Unigram tokenizer trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock
-deadline instead of --max_steps. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of
+deadline instead of --max_steps. The objective follows XLNet except three defaults that made pretraining pay
+soonest at small budgets (benchmarks/RESULTS.md): single-token targets, a third of the tokens predicted, and a constant
+learning rate after warmup; XLNet's own are `--max_span_length 5 --plm_probability 0.16666666666666666
+--lr_scheduler_type linear`. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of
 step t feed step t+1.
 The corpus is tokenized once into a memory-mapped token store (xlnet_lite.token_store) that every rank and every later
 run on the same corpus and tokenizer reads; --prepare_only builds it alone, --token_store DIR trains from one. The
@@ -88,16 +91,23 @@ class PretrainingArguments(training.RecipeArguments):
     reuse_len: int = field(default=64, metadata={"help": "Tokens the next step reuses through the memory."})
     mem_len: int = field(default=96, metadata={"help": "Memory tokens kept per layer."})
     perm_size: int | None = field(default=None, metadata={"help": "Factorization-order chunk length (default: reuse_len)."})
-    plm_probability: float = field(default=1 / 6, metadata={"help": "Fraction of tokens predicted (XLNet: 1/6)."})
-    max_span_length: int = field(default=5, metadata={"help": "Longest span of predicted words."})
+    plm_probability: float = field(default=1 / 3, metadata={
+        "help": "Fraction of tokens predicted (XLNet: 1/6; 1/3 learns more per token on small budgets)."})
+    max_span_length: int = field(default=1, metadata={
+        "help": "Longest span of predicted tokens, each starting at a word (XLNet: 5; single tokens leave the unigram "
+                "plateau sooner)."})
     bi_data: bool = field(default=False, metadata={"help": "Half the rows read the text backwards (needs even batches)."})
     # optimisation and evaluation (defaults differ from finetuning)
     output_dir: str = field(default="outputs/pretrain", metadata={"help": "Model, tokenizer, metrics, results, loss.png, checkpoints/."})
     learning_rate: float = field(default=3e-4, metadata={"help": "Peak learning rate (1e-3 and 3e-3 keep the small preset on the unigram plateau)."})
+    lr_scheduler_type: str = field(default="constant_with_warmup", metadata={
+        "help": "transformers learning-rate schedule (XLNet: linear; a constant rate after warmup pays sooner on small "
+                "budgets, and a run can be extended: its schedule does not depend on --max_steps).",
+        "choices": training.SCHEDULES})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (never on biases and LayerNorm)."})
     num_warmup_steps: int = field(default=100, metadata={"help": "Linear warmup steps (or use --warmup_ratio)."})
     max_steps: int | None = field(default=None, metadata={"help": "Optimizer steps (default: 1000; with --max_train_minutes, no step limit)."})
-    max_train_minutes: float | None = field(default=None, metadata={"help": "Train for this many minutes of optimizer steps; the schedule (linear or cosine) decays to zero at the deadline."})
+    max_train_minutes: float | None = field(default=None, metadata={"help": "Train for this many minutes of optimizer steps; a linear or cosine schedule decays to zero at the deadline."})
     eval_steps: int = field(default=250, metadata={"help": "Evaluate every N steps (and at the end)."})
     eval_batches: int = field(default=16, metadata={"help": "Validation batches per evaluation."})
 

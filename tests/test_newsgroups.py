@@ -230,7 +230,15 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
     lines = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}
     assert lines["50 labels/group, three levers: pretrained - random init"] == [pytest.approx(600 * 2048 / 1e6)]
     assert lines["50 labels/group: pretrained - random init"] == [pytest.approx(5940 * 2048 / 1e6)]
-    for bad in (["--series", "no files"], ["--series", "defaults", str(tmp_path / "other.json")]):
+    compute_curve.main([str(long), "--name", "XLNet's", "--series", "three levers", str(tmp_path / "other.json"),
+                        "--out", str(tmp_path / "n.json")])
+    assert [q["series"] for q in json.loads((tmp_path / "n.json").read_text())["points"]] == ["XLNet's", "three levers"]
+    assert "| XLNet's | 50 | 5,940 |" in capsys.readouterr().out
+    ax = compute_curve.plot([defaults | {"series": "XLNet's"}, series], tmp_path / "n.png", main="XLNet's")
+    assert {c.get_label() for c in ax.containers} == {"50 labels/group, XLNet's: pretrained - random init",
+                                                      "50 labels/group, three levers: pretrained - random init"}
+    for bad in (["--series", "no files"], ["--series", "defaults", str(tmp_path / "other.json")],
+                ["--name", "levers", "--series", "levers", str(tmp_path / "other.json")]):
         with pytest.raises(SystemExit):
             compute_curve.main([str(long), *bad])
 
@@ -360,7 +368,7 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     data["summary"]["50"] = {"pretrained": data["summary"]["50"]["pretrained"]}  # a --arms pretrained --no_tfidf run
     data["summary"]["50"]["pretrained"]["validation_accuracy"] = {"mean": 0.412}
     data["pretraining_args"] = {"per_device_train_batch_size": 8, "learning_rate": 3e-4, "max_steps": 2400,
-                                "output_dir": "/tmp/b8", "plm_probability": 1 / 6}
+                                "output_dir": "/tmp/b8", "plm_probability": 1 / 6, "max_span_length": 1}
     (tmp_path / "b8.json").write_text(json.dumps(data))
     odd = bench_file(tmp_path / "odd.json", "50", [0.315], [0.0], 0.0, steps=600, flags="--num_train_epochs 16")
     data = json.loads(odd.read_text())
@@ -378,8 +386,9 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     assert [r["lever"] for r in rows] == ["own=", "batch 8", "16 epochs", "mean", "mean, longer"]  # '=' in a name
     assert rows[4]["random_init"] == pytest.approx(0.24)  # another named file's random arm with the same flags
     assert rows[0]["random_init"] == pytest.approx(0.40) and round(100 * rows[0]["gain_over_random_init"], 1) == -9.0
-    assert rows[1]["random_init"] == pytest.approx(0.48) and rows[1]["pretraining_flags"] == "--per_device_train_batch_size 8"
-    assert "| batch 8 (`--per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | " \
+    assert rows[1]["random_init"] == pytest.approx(0.48) and rows[1]["pretraining_flags"] == \
+        "--max_span_length 1 --per_device_train_batch_size 8"  # against XLNet's objective: 1/6 is not listed
+    assert "| batch 8 (`--max_span_length 1 --per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | " \
            "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 | a test CPU, bf16 |" in table
     assert rows[2]["gain_over_random_init"] is None and rows[0]["pretraining_flags"] is None
     assert json.loads((tmp_path / "levers.json").read_text())["rows"][1]["pretrained"] == pytest.approx(0.322)

@@ -344,7 +344,8 @@ def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkey
 
 
 def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path):
-    args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000")
+    args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000",
+                     "--lr_scheduler_type", "linear")
     i = args.index("--max_steps")
     del args[i:i + 2]  # no step limit: the budget ends the run
     results = run_pretraining.main(args)
