@@ -12,7 +12,7 @@ random prompt of --prompt tokens for all three.
 Per batch size, each variant generates --new-tokens tokens (`total`) and 1 token (`prefill`: the prompt pass
 and one step), --runs times after one warm-up, in ONE process and alternating (the order rotates every run).
 Reported per variant: median seconds of the total, ms per new token (total / new tokens, prompt included, the
-issue's measure), ms per decoding step ((total - prefill) / (new tokens - 1)), and the ratios to GPT-2 and to
+headline measure), ms per decoding step ((total - prefill) / (new tokens - 1)), and the ratios to GPT-2 and to
 transformers' XLNet. The tokens XLNet-Lite generates are compared with transformers' XLNet's (greedy; same
 weights): `same_tokens_as_transformers_xlnet`.
 

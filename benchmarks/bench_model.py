@@ -20,8 +20,8 @@ every run), these variants:
     lite_compiled_bf16  XLNet-Lite, SDPA, compiled, under the same autocast
     lite_eager_compiled_bf16  XLNet-Lite, eager attention, compiled, under the same autocast
 
-Configs: "reference" (the issue's reference shapes), "small" (the pretraining recipe's default: the small preset,
-B 16, T 128, P 22, a full 96-token memory), "large". --precisions auto (the default) runs the bf16 rows only on a CPU
+Configs: "reference" (the reference shapes), "small" (the pretraining recipe's shapes with XLNet's 1/6 predicted: the
+small preset, B 16, T 128, P 22, a full 96-token memory; the recipe's default predicts a third, P 43), "large". --precisions auto (the default) runs the bf16 rows only on a CPU
 with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated (measured on an AVX2 AMD EPYC: matmuls
 100-250x slower than fp32, a small-preset training step 19 s against 0.7 s), so the rows would take most of an hour;
 the skip and its reason go into the JSON. The compiled rows' first steps (compilation, about a minute on 2 cores)

@@ -12,9 +12,12 @@ from a short sweep); each finetuned on the in-domain news-topic task and on Rott
 lever: span length, schedule, plm_probability, ...), finetuned and tabled like the others.
 
 Pretraining: `pretrain/run_pretraining.py --max_train_minutes M` (the small preset, its defaults: batch 16, seq_len
-128, lr 3e-4, 100 warmup steps, linear decay to zero at the deadline) and `benchmarks.baselines.bert_mlm.pretrain_mlm`
-(the same batch, sequence length, warmup and deadline schedule, on the same documents, with the tokenizer the
-XLNet-Lite run trained). The clock counts only optimizer steps in both. Finetuning: the main job's budget (3 epochs,
+128, lr 3e-4, 100 warmup steps, then a constant rate to the deadline) and `benchmarks.baselines.bert_mlm.pretrain_mlm`
+(the same batch, sequence length and warmup, a linear decay to zero at the deadline, on the same documents, with the
+tokenizer the XLNet-Lite run trained). The results in benchmarks/RESULTS.md ran when the recipe's defaults were
+XLNet's settings, a linear decay to the deadline as BERT's; `--xlnet_variant "xlnet=--max_span_length 5
+--plm_probability 0.16666666666666666 --lr_scheduler_type linear"` runs that arm again (a `default` run cached before
+the defaults changed is reused as it is: delete it from --runs_dir). The clock counts only optimizer steps in both. Finetuning: the main job's budget (3 epochs,
 lr 3e-4, the first 128 tokens, dropout 0.1, batch 16); Rotten Tomatoes on its first --rt_train_samples training
 reviews. Each finished run is written to --runs_dir at once and skipped when the command is run again, so a killed
 benchmark loses at most the run in flight (delete --runs_dir to start over).

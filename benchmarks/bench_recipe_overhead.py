@@ -6,8 +6,8 @@
 --precision bf16 runs the recipes with `--mixed_precision bf16` and the bare steps under the same autocast (a CPU
 without AVX512-BF16/AMX emulates bf16: there it measures nothing useful).
 
-Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the embedded news corpus, fp32, B 16,
-T 128, P 22, a 96-token memory) runs --pretrain-steps optimizer steps (warmup 10 steps, checkpoints off, one evaluation at the end);
+Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the default corpus, fp32, B 16,
+T 128, P 43 (22 before the recipe predicted a third), a 96-token memory) runs --pretrain-steps optimizer steps (warmup 10 steps, checkpoints off, one evaluation at the end);
 its throughput is the median of its metrics.jsonl tokens_per_second records (one every 10 steps, the first dropped:
 it holds the warm-up). The bare step is what the recipe's loop cannot do without: zero_grad, forward with labels
 and the memory, backward, gradient clipping at 1.0 and AdamW (`training.make_adamw`) on the same model config (the

@@ -3,7 +3,7 @@
     python -m benchmarks.probe_plateau --variant lr=3e-3 --variant lr=3e-4 [--variant lr=3e-4,max_span_length=1]
         [--steps 500 --every 100] [--d_model 256 --n_layer 4] [--threads 2] [--out benchmarks/results/plateau_probe.json]
 
-A variant is a comma-separated list of overrides of BASE (the recipe's defaults: lr, warmup, dropout, adam_epsilon,
+A variant is a comma-separated list of overrides of BASE (XLNet's settings in the recipe: lr, warmup, dropout, adam_epsilon,
 max_span_length, leak); no --variant runs BASE. Every variant trains the same architecture on the same batches (the
 embedded news corpus, the default collator, the memory carried across steps, bf16 autocast, linear decay after
 warmup reaching 0 at --schedule_steps, the recipe's max_steps) and is reported every --every steps as the mean

@@ -116,7 +116,7 @@ class PretrainingArguments(training.RecipeArguments):
         "model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size", "tokenizer_train_documents",
         "dropout", "train_file", "validation_file", "embedded_corpus", "dataset_name", "dataset_config_name", "text_column",
         "token_store", "seq_len",
-        "reuse_len", "mem_len", "perm_size", "plm_probability", "max_span_length", "bi_data",
+        "reuse_len", "mem_len", "perm_size", "plm_probability", "max_span_length", "bi_data", "lr_scheduler_type",
     )
 
 

@@ -8,7 +8,7 @@
 # 0.8 points of the best on validation, 0.16 on average). Both arms finetune at the recipe's default learning rate,
 # 3e-4: the best of the grid 1e-4 / 3e-4 / 1e-3 on validation for each (benchmarks/RESULTS.md). About 9 minutes in
 # bf16 on a 2-core CPU with AMX; in fp32 on a 2-core AVX2-only CPU 23-28 with the former pretraining defaults, whose
-# steps took 1/1.2 the time of today's there (about 2 minutes less).
+# steps took 1/1.2 the time of today's there (about 1.7 minutes less).
 #   bash scripts/main_job.sh [--overwrite_output_dir]      (the flag replaces the outputs of an earlier main job)
 # Results: outputs/pretrain/ (model, loss.png, results.json), outputs/newsgroups/{pretrained,random_init}/ (the
 # classifiers), outputs/newsgroups/tfidf.json, and outputs/comparison.json (the table this script ends with).

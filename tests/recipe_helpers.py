@@ -32,7 +32,9 @@ def tiny_args(corpus, output_dir, *extra):
         "--tokenizer_name", str(corpus / "tokenizer"), "--seq_len", "32", "--reuse_len", "16", "--mem_len", "24",
         "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--eval_batches", "3",
         "--max_steps", "12", "--eval_steps", "6", "--logging_steps", "1", "--checkpointing_steps", "6",
-        "--num_warmup_steps", "2", "--learning_rate", "3e-3", "--output_dir", str(output_dir), *extra,
+        "--num_warmup_steps", "2", "--learning_rate", "3e-3", "--output_dir", str(output_dir),
+        "--lr_scheduler_type", "linear",  # a rate that changes every step: a resumed run must restore the schedule
+        *extra,
     ]
 
 

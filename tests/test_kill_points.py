@@ -63,7 +63,8 @@ def pretraining_args(corpus, out):  # noqa: F811
             "--vocab_size", "300", "--tokenizer_train_documents", "40", "--seq_len", "32", "--reuse_len", "16",
             "--mem_len", "24", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
             "--eval_batches", "2", "--max_steps", "8", "--eval_steps", "4", "--logging_steps", "1",
-            "--checkpointing_steps", "2", "--num_warmup_steps", "2", "--learning_rate", "3e-3", "--output_dir", out]
+            "--checkpointing_steps", "2", "--num_warmup_steps", "2", "--learning_rate", "3e-3", "--lr_scheduler_type", "linear",
+            "--output_dir", out]
 
 
 @pytest.mark.slow

@@ -62,22 +62,27 @@ def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path)
     assert_same_losses(read_metrics(out), read_metrics(tmp_path))
 
 
-def test_the_default_constant_rate_lets_a_finished_run_be_extended_exactly(straight_run, corpus, tmp_path):
+def test_the_default_constant_rate_lets_a_finished_run_be_extended_exactly(corpus, tmp_path):
     """With the default schedule (constant after warmup) a 6-step run, resumed with --max_steps 12, is the 12-step
     run: its schedule did not depend on the step count. Under a linear decay the 6-step run ends at rate 0."""
-    out, _ = straight_run
+    def default_schedule(args):  # tiny_args without its --lr_scheduler_type linear
+        i = args.index("--lr_scheduler_type")
+        return args[:i] + args[i + 2:]
+
+    straight = tmp_path / "straight"
+    run_pretraining.main(default_schedule(tiny_args(corpus, straight)))
+    rates = [m["learning_rate"] for m in read_metrics(straight) if "loss" in m]
+    assert rates == pytest.approx([1.5e-3] + [3e-3] * 11)  # 2 warmup steps, then the peak rate to the end
     short = tmp_path / "short"
-    args = tiny_args(corpus, short)
+    args = default_schedule(tiny_args(corpus, short))
     args[args.index("--max_steps") + 1] = "6"
     run_pretraining.main(args)
-    rates = [m["learning_rate"] for m in read_metrics(out) if "loss" in m]
-    assert rates == pytest.approx([1.5e-3] + [3e-3] * 11)  # 2 warmup steps, then the peak rate to the end
     longer = tmp_path / "longer"
     (longer / "checkpoints").mkdir(parents=True)
     shutil.copytree(short / "checkpoints" / "step_6", longer / "checkpoints" / "step_6")
     shutil.copy(short / "metrics.jsonl", longer / "metrics.jsonl")
-    run_pretraining.main(tiny_args(corpus, longer, "--resume_from_checkpoint", "latest"))
-    assert_same_losses(read_metrics(out), read_metrics(longer))
+    run_pretraining.main(default_schedule(tiny_args(corpus, longer, "--resume_from_checkpoint", "latest")))
+    assert_same_losses(read_metrics(straight), read_metrics(longer))
     linear = tmp_path / "linear"
     run_pretraining.main(args[:args.index("--output_dir")] + ["--output_dir", str(linear), "--lr_scheduler_type", "linear"])
     assert [m["learning_rate"] for m in read_metrics(linear) if "loss" in m][-1] == 0.0

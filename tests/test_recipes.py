@@ -343,9 +343,10 @@ def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkey
     assert budget.compiling == first and budget.elapsed - first >= 0.05 and budget.fraction() > 0.0
 
 
-def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path):
+@pytest.mark.parametrize("schedule", ["linear", "constant_with_warmup"])
+def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path, schedule):
     args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000",
-                     "--lr_scheduler_type", "linear")
+                     "--lr_scheduler_type", schedule)
     i = args.index("--max_steps")
     del args[i:i + 2]  # no step limit: the budget ends the run
     results = run_pretraining.main(args)
@@ -353,7 +354,10 @@ def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path)
     assert results["steps"] == records[-1]["step"] >= 1 and results["max_train_minutes"] == 0.05  # as many as fit
     assert results["train_seconds"] >= 3.0  # stopped at the deadline, not before
     rates = [m["learning_rate"] for m in records]
-    assert rates[-1] == 0.0 and all(b <= a for a, b in zip(rates[1:], rates[2:]))  # warmup, then down to zero
+    if schedule == "linear":
+        assert rates[-1] == 0.0 and all(b <= a for a, b in zip(rates[1:], rates[2:]))  # warmup, then down to zero
+    else:  # the recipe's default: warmup, then the peak rate up to the deadline
+        assert len(rates) > 2 and rates[0] <= 3e-3 and rates[1:] == pytest.approx([3e-3] * (len(rates) - 1))
     assert "eval_loss" in read_metrics(tmp_path / "budget")[-1]  # the deadline's step is evaluated
 
 

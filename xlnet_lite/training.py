@@ -703,8 +703,8 @@ def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_pr
 class TimeBudget:
     """A wall-clock budget for the optimizer steps (`--max_train_minutes`): the learning rate warms up over the first
     `warmup_steps` steps, then decays to zero at the deadline (linear or cosine in the fraction of the budget spent,
-    as "How to Train BERT with an Academic Budget" and "Cramming" tie the schedule to the time left), and training
-    stops there. The clock counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes,
+    as "How to Train BERT with an Academic Budget" and "Cramming" tie the schedule to the time left) or stays at its
+    peak (constant_with_warmup), and training stops there. The clock counts the seconds inside optimizer steps (`TrainLoop.elapsed`, agreed across processes,
     kept in checkpoints), not evaluation or checkpoint writing. Steps during which `torch.compile` compiled count
     toward the deadline but not toward the schedule: the decay runs over the time left after them (`--torch_compile`
     spent the first 80 s of a 4-minute GPU run compiling), so compiling does not use up a short run's schedule. A
