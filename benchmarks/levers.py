@@ -23,8 +23,6 @@ from pathlib import Path
 
 from benchmarks.compute_curve import _precision, load_points
 
-# XLNet's objective settings, which the recipe's defaults replace with the three levers measured here
-XLNET_OBJECTIVE = {"max_span_length": 5, "plm_probability": 1 / 6, "lr_scheduler_type": "linear"}
 # arguments that name places or bookkeeping, not the pretraining itself
 NOT_A_LEVER = {"output_dir", "overwrite_output_dir", "resume_from_checkpoint", "token_store_cache_dir", "logging_steps",
                "checkpointing_steps", "save_total_limit", "with_tracking", "report_to", "push_to_hub", "hub_model_id",
@@ -36,7 +34,7 @@ def changed_pretraining_flags(recorded):
     recipe's other defaults (None: not recorded)."""
     if recorded is None:
         return None
-    from pretrain.run_pretraining import PretrainingArguments
+    from pretrain.run_pretraining import XLNET_OBJECTIVE, PretrainingArguments
 
     defaults = {f.name: f.default for f in dataclasses.fields(PretrainingArguments) if f.default is not dataclasses.MISSING}
     defaults |= XLNET_OBJECTIVE
