@@ -281,12 +281,12 @@ def test_finetuning_output_folder_guard_resume_check_and_file_modes(tmp_path, pr
 
 def test_time_budget_schedule_decays_to_zero_at_the_deadline():
     budget = training.TimeBudget(1.0, warmup_steps=4, schedule="linear")
-    assert [budget.lr_lambda(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]  # warmup counts steps
+    assert [budget.lr_lambda(s) for s in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]  # warmup counts steps, as transformers'
     for elapsed, linear in ((0.0, 1.0), (15.0, 0.75), (30.0, 0.5), (60.0, 0.0), (90.0, 0.0)):
         budget.elapsed = elapsed
         assert budget.lr_lambda(10) == pytest.approx(linear) and budget.expired() == (elapsed >= 60)
     budget.elapsed = 59.0
-    assert budget.lr_lambda(1) == pytest.approx(1 / 60)  # a deadline inside the warmup still ends at zero
+    assert budget.lr_lambda(2) == pytest.approx(1 / 60)  # a deadline inside the warmup still ends at zero
     cosine = training.TimeBudget(1.0, warmup_steps=0, schedule="cosine")
     cosine.elapsed = 30.0
     assert cosine.lr_lambda(10) == pytest.approx(0.5)
@@ -359,6 +359,12 @@ def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path,
     else:  # the recipe's default: warmup, then the peak rate up to the deadline
         assert len(rates) > 2 and rates[0] <= 3e-3 and rates[1:] == pytest.approx([3e-3] * (len(rates) - 1))
     assert "eval_loss" in read_metrics(tmp_path / "budget")[-1]  # the deadline's step is evaluated
+    if schedule == "constant_with_warmup":  # the timed run is the step-bounded run of its step count, on any machine
+        steps = tiny_args(corpus, tmp_path / "steps", "--lr_scheduler_type", schedule)
+        steps[steps.index("--max_steps") + 1] = str(results["steps"])
+        run_pretraining.main(steps)
+        assert [m["loss"] for m in read_metrics(tmp_path / "steps") if "loss" in m] == [m["loss"] for m in records]
+        assert (tmp_path / "steps" / "model.safetensors").read_bytes() == (tmp_path / "budget" / "model.safetensors").read_bytes()
 
 
 def test_time_budget_flags_are_checked_before_any_work(corpus, tmp_path):

@@ -731,8 +731,10 @@ class TimeBudget:
 
     def lr_lambda(self, step: int) -> float:
         """The smaller of the warmup ramp (by steps) and the decay (by time): continuous at the warmup's end, and zero
-        at the deadline even when the deadline falls inside the warmup."""
-        warmup = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
+        at the deadline even when the deadline falls inside the warmup. The ramp is transformers' (`step /
+        warmup_steps`, so the first step's rate is 0): under constant_with_warmup a timed run is the step-bounded run
+        of the step count it reached."""
+        warmup = min(1.0, step / self.warmup_steps) if self.warmup_steps else 1.0
         if self.schedule == "constant_with_warmup":
             return warmup
         done = self.fraction()
