@@ -16,8 +16,8 @@ from pathlib import Path
 
 ROWS = (("pretrained", "XLNet-Lite, pretrained here"), ("random_init", "same architecture, random init"),
         ("tfidf", "TF-IDF + logistic regression"), ("majority_class", "majority class"))
-PRETRAINING_KEYS = ("steps", "train_tokens_seen", "train_seconds", "tokens_per_second", "eval_loss",
-                    "unigram_baseline_loss", "mixed_precision", "parameters")
+PRETRAINING_KEYS = ("steps", "max_train_minutes", "train_tokens_seen", "train_seconds", "tokens_per_second",
+                    "eval_loss", "unigram_baseline_loss", "mixed_precision", "parameters")
 
 
 def read_json(path: Path) -> dict:
@@ -64,6 +64,15 @@ def main(argv=None):
         print(f"  {title:<34} {table[name]['test_accuracy']:.3f}")
     print(f"pretraining: {table['pretraining_gain_points']:+.1f} points over random initialisation, "
           f"{table['pretrained_minus_tfidf_points']:+.1f} over TF-IDF")
+    run = table.get("pretraining")
+    if run and run.get("steps") and run.get("train_tokens_seen") and run.get("train_seconds"):
+        budget = f"a {run['max_train_minutes']:g}-minute budget" if run.get("max_train_minutes") else "a step budget"
+        print(f"pretraining budget: {budget}, {run['steps']:,} steps, {run['train_tokens_seen'] / 1e6:.1f}M tokens in "
+              f"{run['train_seconds'] / 60:.1f} min ({run.get('mixed_precision')}); validation PLM loss "
+              f"{run.get('eval_loss') or float('nan'):.2f} against a unigram baseline of "
+              f"{run.get('unigram_baseline_loss') or float('nan'):.2f}")
+        if run.get("max_train_minutes"):
+            print(f"the same pretraining on any machine: bash scripts/main_job.sh --pretraining_steps {run['steps']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(table, indent=2) + "\n")

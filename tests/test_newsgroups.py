@@ -104,9 +104,13 @@ def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp
     assert "Traceback" not in missing.stderr
     bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr
+    for steps in (["--pretraining_steps", "ten"], ["--pretraining_steps", "0"], ["--pretraining_steps"]):
+        bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), *steps], capture_output=True, text=True)
+        assert bad.returncode == 2 and "--pretraining_steps needs a positive whole number" in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_the_comparison_table(tmp_path):
+def test_the_comparison_table(tmp_path, capsys):
     def finetuned(name, accuracy, lr):
         folder = tmp_path / "newsgroups" / name
         folder.mkdir(parents=True)
@@ -121,15 +125,21 @@ def test_the_comparison_table(tmp_path):
         {"test_accuracy": 0.70, "validation_accuracy": 0.71, "best_C": 16.0, "train_examples": 1000,
          "majority_class_test_accuracy": 0.05, "test_examples": 7528}))
     (tmp_path / "pretrain").mkdir()
-    (tmp_path / "pretrain" / "results.json").write_text(json.dumps({"steps": 600, "eval_loss": 5.5}))
+    (tmp_path / "pretrain" / "results.json").write_text(json.dumps(
+        {"steps": 2100, "max_train_minutes": 10.0, "train_tokens_seen": 2100 * 2048, "train_seconds": 598.0,
+         "eval_loss": 4.5, "unigram_baseline_loss": 6.6, "mixed_precision": "bf16"}))
     out = tmp_path / "comparison.json"
     compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "a 10-minute budget, 2,100 steps, 4.3M tokens in 10.0 min (bf16)" in printed
+    assert "bash scripts/main_job.sh --pretraining_steps 2100" in printed  # the timed run, repeatable by steps
     table = json.loads(out.read_text())
     assert {k: table[k]["test_accuracy"] for k in ("pretrained", "random_init", "tfidf", "majority_class")} == {
         "pretrained": 0.62, "random_init": 0.60, "tfidf": 0.70, "majority_class": 0.05}
     assert table["pretrained"]["learning_rate"] == 3e-4 and table["random_init"]["learning_rate"] == 1e-3
     assert table["pretraining_gain_points"] == 2.0 and table["pretrained_minus_tfidf_points"] == -8.0
-    assert table["pretraining"]["steps"] == 600 and table["test_examples"] == 7528
+    assert table["pretraining"]["steps"] == 2100 and table["pretraining"]["max_train_minutes"] == 10.0
+    assert table["test_examples"] == 7528
 
 
 def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flags=""):
