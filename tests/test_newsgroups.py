@@ -220,6 +220,35 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
         compute_curve.main([str(other_flags), str(long)])
 
 
+def test_the_compute_curve_says_where_each_milestone_is_reached(tmp_path, capsys):
+    from benchmarks import compute_curve
+
+    files = [bench_file(tmp_path / f"{steps}.json", "20", [p] * 3, [0.40] * 3, 0.60, steps=steps)
+             for steps, p in ((600, 0.32), (1200, 0.40), (2400, 0.46))]  # -8, 0, +6 over random init: +6 per doubling
+    compute_curve.main([str(f) for f in files] + ["--out", str(tmp_path / "c.json")])
+    reached = {m["milestone"]: m for m in json.loads((tmp_path / "c.json").read_text())["milestones"]}
+    assert reached["random init"]["how"] == "interpolated"
+    assert reached["random init"]["tokens"] == pytest.approx(1200 * 2048)  # met exactly at a measured point
+    assert reached["random init + 5"]["how"] == "interpolated"  # 5/6 of the way from 1,200 to 2,400 steps
+    assert reached["random init + 5"]["tokens"] == pytest.approx(1200 * 2048 * 2 ** (5 / 6))
+    ten = reached["random init + 10"]  # past the last point at +6 per doubling: 4/6 of a doubling more
+    assert ten["how"] == "extrapolated" and ten["tokens"] == pytest.approx(2400 * 2048 * 2 ** (4 / 6))
+    assert ten["points_per_doubling_last"] == pytest.approx(6.0)
+    assert ten["flops"] == pytest.approx(ten["tokens"] * 6 * 5_480_000)
+    tfidf = reached["TF-IDF"]  # 14 points short at +6 per doubling
+    assert tfidf["how"] == "extrapolated" and tfidf["tokens"] == pytest.approx(2400 * 2048 * 2 ** (14 / 6))
+    assert "| defaults | 20 | random init + 10 | 7.8M | 2.6e+14 | extrapolated | +6.0 |" in capsys.readouterr().out
+    falling = bench_file(tmp_path / "falling.json", "20", [0.44] * 3, [0.40] * 3, 0.60, steps=4800)
+    compute_curve.main([str(f) for f in files] + [str(falling), "--out", str(tmp_path / "f.json")])
+    reached = {m["milestone"]: m for m in json.loads((tmp_path / "f.json").read_text())["milestones"]}
+    assert reached["TF-IDF"]["tokens"] is None and reached["TF-IDF"]["how"] is None  # the last slope is negative
+    assert reached["random init + 5"]["how"] == "interpolated"  # crossed between two measured points, kept
+    early = bench_file(tmp_path / "early.json", "20", [0.45] * 3, [0.40] * 3, 0.60, steps=600)
+    compute_curve.main([str(early), "--out", str(tmp_path / "e.json")])
+    reached = {m["milestone"]: m for m in json.loads((tmp_path / "e.json").read_text())["milestones"]}
+    assert reached["random init"]["how"] == "at or below" and reached["random init + 10"]["tokens"] is None  # one point
+
+
 def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, capsys):
     from benchmarks import compute_curve
 
