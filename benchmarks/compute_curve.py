@@ -222,7 +222,8 @@ def main(argv=None):
     print("\n| recipe | labels/group | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
           "|---|---|---|---|---|---|---|")
     for m in reached:
-        at = "not at the last slope | " if m["tokens"] is None else f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}"
+        at = (f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}" if m["tokens"] is not None else "not, at the last slope | "
+              if m["points_per_doubling_last"] is not None else "one budget measured | ")
         slope = "" if m["points_per_doubling_last"] is None else f"{m['points_per_doubling_last']:+.1f}"
         print(f"| {m['series']} | {m['labels_per_class']} | {m['milestone']} | {at} | {m['how'] or ''} | {slope} |")
     if args.out:
