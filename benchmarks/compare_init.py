@@ -49,6 +49,9 @@ def compare(folder: Path, pretraining: Path | None = None) -> dict:
     if pretraining is not None:
         results = read_json(pretraining / "results.json")
         table["pretraining"] = {k: results.get(k) for k in PRETRAINING_KEYS}
+        flags = pretraining / "run_args.json"
+        table["pretraining"]["lr_scheduler_type"] = (json.loads(flags.read_text()).get("lr_scheduler_type")
+                                                     if flags.is_file() else None)
     return table
 
 
@@ -66,13 +69,17 @@ def main(argv=None):
           f"{table['pretrained_minus_tfidf_points']:+.1f} over TF-IDF")
     run = table.get("pretraining")
     if run and run.get("steps") and run.get("train_tokens_seen") and run.get("train_seconds"):
-        budget = f"a {run['max_train_minutes']:g}-minute budget" if run.get("max_train_minutes") else "a step budget"
-        print(f"pretraining budget: {budget}, {run['steps']:,} steps, {run['train_tokens_seen'] / 1e6:.1f}M tokens in "
-              f"{run['train_seconds'] / 60:.1f} min ({run.get('mixed_precision')}); validation PLM loss "
+        budget = (f"a {run['max_train_minutes']:g}-minute budget" if run.get("max_train_minutes")
+                  else f"a {run['steps']:,}-step budget")
+        precision = {"no": "fp32", None: "precision not recorded"}.get(run.get("mixed_precision"), run.get("mixed_precision"))
+        print(f"pretraining: {budget}, {run['steps']:,} steps, {run['train_tokens_seen'] / 1e6:.1f}M tokens in "
+              f"{run['train_seconds'] / 60:.1f} min ({precision}); validation PLM loss "
               f"{run.get('eval_loss') or float('nan'):.2f} against a unigram baseline of "
               f"{run.get('unigram_baseline_loss') or float('nan'):.2f}")
-        if run.get("max_train_minutes"):
-            print(f"the same pretraining on any machine: bash scripts/main_job.sh --pretraining_steps {run['steps']}")
+        if run.get("max_train_minutes") and run.get("lr_scheduler_type") == "constant_with_warmup":
+            # the rate does not depend on the step count: the step-bounded run takes the same steps
+            print(f"the same steps by count (bit-identical on the same machine and precision): bash scripts/main_job.sh "
+                  f"--pretraining_steps {run['steps']} --overwrite_output_dir")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(table, indent=2) + "\n")

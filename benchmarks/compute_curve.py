@@ -11,8 +11,8 @@ arm depends only on the architecture, the tokenizer and those flags, not on the 
 given with --reference, which add no points. A point finetuned on a GPU (`--device gpu`) is held against a random-init
 arm finetuned on a GPU too; TF-IDF does not depend on the device. FLOPs are the usual
 estimate, 6 x parameters x tokens. Beside the table: the tokens at which the gain over random init reaches 0, +5
-and +10 points and the pretrained model reaches TF-IDF, per line: measured, interpolated between two points, or
-extrapolated at the last two points' gain per doubling. The result files make the main line and should share one pretraining objective
+and +10 points and the pretrained model reaches TF-IDF, per line: at or below the smallest budget, interpolated
+between two budgets, or extrapolated at the last two budgets' gain per doubling (`milestones`). The result files make the main line and should share one pretraining objective
 and schedule (`--name` names it; default "defaults"). Another pretraining recipe goes beside it as its own line with
 `--series NAME FILE [FILE ...]` (repeatable); every point carries its line's name as `"series"`.
 """
@@ -92,37 +92,42 @@ MILESTONES = (("random init", "gain_over_random_init", 0.0), ("random init + 5",
 
 
 def milestones(points):
-    """Per recipe and number of labels (CPU points, ordered by tokens): the pretraining tokens at which each
-    milestone is reached. Between two measured points the gain is taken as straight in log tokens ("interpolated");
-    past the last point it is extended at the points-per-doubling of the last two ("extrapolated": the gain per
-    doubling has fallen with the budget on this task, so an extrapolated budget is the least it would take), or
-    None when that slope is not positive; a milestone met at the smallest budget measured is "at or below"."""
+    """Per recipe, number of labels and finetuning flags (CPU points; points of equal tokens, e.g. two machines'
+    runs of one budget, averaged): the pretraining tokens at which each milestone is reached. "at or below": met at
+    the smallest budget measured; "interpolated": between two budgets, the gain taken as straight in log tokens (a
+    milestone met exactly at a budget is interpolated to it); "extrapolated": past the largest budget, at the points
+    per doubling of the last two budgets (where the gain per doubling falls with the budget, as with XLNet's settings
+    on 20 Newsgroups, it takes more than that); None where that slope is not positive or one budget was measured."""
     rows = []
-    for key in dict.fromkeys((q.get("series", DEFAULT_SERIES), q["labels_per_class"]) for q in points):
-        line = sorted((q for q in points if (q.get("series", DEFAULT_SERIES), q["labels_per_class"]) == key
-                       and q.get("device") != "gpu"), key=lambda q: q["pretraining_tokens"])
+    lines = dict.fromkeys((q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]) for q in points)
+    for key in lines:
+        line = [q for q in points if (q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]) == key
+                and q.get("device") != "gpu"]
+        flops_per_token = line[-1]["pretraining_flops"] / line[-1]["pretraining_tokens"] if line else None
         for name, field, target in MILESTONES:
-            measured = [(math.log2(q["pretraining_tokens"]), q[field], q) for q in line if q[field] is not None]
+            gains = {}
+            for q in line:
+                if q[field] is not None:
+                    gains.setdefault(q["pretraining_tokens"], []).append(q[field])
+            measured = [(math.log2(t), sum(g) / len(g)) for t, g in sorted(gains.items())]
             if not measured:
                 continue
-            reached, how = None, None
+            reached, how, slope = None, None, None
             if measured[0][1] >= target:
                 reached, how = measured[0][0], "at or below"
-            for (x0, g0, _), (x1, g1, _) in zip(measured, measured[1:]):
+            for (x0, g0), (x1, g1) in zip(measured, measured[1:]):
                 if reached is None and g0 < target <= g1:
                     reached, how = x0 + (target - g0) / (g1 - g0) * (x1 - x0), "interpolated"
-            slope = None
             if len(measured) >= 2:
-                (x0, g0, _), (x1, g1, _) = measured[-2:]
+                (x0, g0), (x1, g1) = measured[-2:]
                 slope = (g1 - g0) / (x1 - x0)
                 if reached is None and slope > 0:
                     reached, how = x1 + (target - g1) / slope, "extrapolated"
-            flops_per_token = measured[-1][2]["pretraining_flops"] / measured[-1][2]["pretraining_tokens"]
             tokens = None if reached is None else 2.0 ** reached
-            rows.append({"series": key[0], "labels_per_class": key[1], "milestone": name, "how": how,
-                         "tokens": tokens, "flops": None if tokens is None else flops_per_token * tokens,
+            rows.append({"series": key[0], "labels_per_class": key[1], "finetune_flags": key[2], "milestone": name,
+                         "how": how, "tokens": tokens, "flops": None if tokens is None else flops_per_token * tokens,
                          "points_per_doubling_last": None if slope is None else 100 * slope,
-                         "largest_measured_tokens": measured[-1][2]["pretraining_tokens"]})
+                         "largest_measured_tokens": 2.0 ** measured[-1][0]})
     return rows
 
 
@@ -219,13 +224,14 @@ def main(argv=None):
               f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
               f"{tfidf or ' | '} |")
     reached = milestones(points)
-    print("\n| recipe | labels/group | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
+    print("\n| recipe | labels/group (finetuning) | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
           "|---|---|---|---|---|---|---|")
     for m in reached:
         at = (f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}" if m["tokens"] is not None else "not, at the last slope | "
               if m["points_per_doubling_last"] is not None else "one budget measured | ")
         slope = "" if m["points_per_doubling_last"] is None else f"{m['points_per_doubling_last']:+.1f}"
-        print(f"| {m['series']} | {m['labels_per_class']} | {m['milestone']} | {at} | {m['how'] or ''} | {slope} |")
+        flags = f" ({m['finetune_flags']})" if m["finetune_flags"] else ""
+        print(f"| {m['series']} | {m['labels_per_class']}{flags} | {m['milestone']} | {at} | {m['how'] or ''} | {slope} |")
     if args.out:
         Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + shlex.join(
             argv if argv is not None else sys.argv[1:]), "points": points, "milestones": reached}, indent=2) + "\n")

@@ -2,32 +2,34 @@
 # The main job, on 20 Newsgroups: pretrain XLNet-Lite on the training split's own text (no validation or test
 # message), finetune it with 50 labelled messages per group, and compare it with the same architecture from random
 # initialisation (same tokenizer, same finetuning budget) and with TF-IDF + logistic regression on the same 50 messages
-# per group. The recipes run with their defaults except the data flags and the budget: 10 minutes of pretraining
-# (--max_train_minutes: a faster machine buys more tokens; pretraining pays on this task from about 3M tokens, which
-# a 2-core CPU with AMX reaches in bf16 in about 7 minutes and a 2-core AVX2-only one in fp32 in about 23), and 8
+# per group. The recipes run with their defaults except the data flags and the budget: 10 minutes of pretraining steps
+# (--max_train_minutes; the tokenizer, the token store and evaluation come on top), so a faster machine buys more
+# tokens: about 4M on a 2-core CPU with AMX in bf16, past the 3M where pretraining breaks even on this task, and about
+# 1.25M on a 2-core AVX2-only CPU in fp32, where it still costs points (benchmarks/RESULTS.md, 20 Newsgroups); and 8
 # finetuning epochs (at 4 the random arm was still improving) keeping the last epoch's model, the validation split
 # scored once at the end (--eval_strategy no; over 35 benchmark runs with these flags the last epoch scored within
 # 0.8 points of the best on validation, 0.16 on average). Both arms finetune at the recipe's default learning rate,
 # 3e-4: the best of the grid 1e-4 / 3e-4 / 1e-3 on validation for each (benchmarks/RESULTS.md).
 #   bash scripts/main_job.sh [--overwrite_output_dir] [--pretraining_steps N]
 # --overwrite_output_dir replaces the outputs of an earlier main job; --pretraining_steps N pretrains for N steps
-# instead of 10 minutes (the step count a timed run printed and wrote to outputs/comparison.json: the same run again,
-# on any machine).
+# instead of 10 minutes: the same steps as a timed run that reached N (the comparison prints N), bit-identical on the
+# same machine and precision.
 # Results: outputs/pretrain/ (model, loss.png, results.json), outputs/newsgroups/{pretrained,random_init}/ (the
 # classifiers), outputs/newsgroups/tfidf.json, and outputs/comparison.json (the table this script ends with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OVERWRITE=()
-PRETRAINING_BUDGET=(--max_train_minutes 10)
+OVERWRITE=""
+PRETRAINING_BUDGET="--max_train_minutes 10"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --overwrite_output_dir) OVERWRITE=(--overwrite_output_dir); shift ;;
+    --overwrite_output_dir) OVERWRITE="--overwrite_output_dir"; shift ;;
     --pretraining_steps)
-      if [ $# -lt 2 ] || ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
-        echo "main_job.sh: error: --pretraining_steps needs a positive whole number of steps, got '${2:-}'" >&2
+      # at least the recipe's 100 warmup steps
+      if [ $# -lt 2 ] || ! [[ "$2" =~ ^[1-9][0-9]*$ ]] || [ "$2" -lt 100 ]; then
+        echo "main_job.sh: error: --pretraining_steps needs a whole number of steps, at least the 100 warmup steps, got ${2-nothing}" >&2
         exit 2
       fi
-      PRETRAINING_BUDGET=(--max_steps "$2"); shift 2 ;;
+      PRETRAINING_BUDGET="--max_steps $2"; shift 2 ;;
     *)
       echo "main_job.sh: error: unknown argument $1 (the arguments are --overwrite_output_dir and --pretraining_steps N; run the recipes themselves for other flags)" >&2
       exit 2 ;;
@@ -38,8 +40,8 @@ LABELS_PER_CLASS=50
 LAUNCH=(accelerate launch --cpu --num_processes 1 --num_machines 1 --num_cpu_threads_per_process "$OMP_NUM_THREADS"
         --dynamo_backend no)
 FINETUNE=(finetune/run_glue.py --embedded_task newsgroups --max_train_samples_per_class "$LABELS_PER_CLASS"
-          --num_train_epochs 8 --eval_strategy no --checkpointing_steps 0 "${OVERWRITE[@]}")
-"${LAUNCH[@]}" pretrain/run_pretraining.py --embedded_corpus newsgroups "${PRETRAINING_BUDGET[@]}" "${OVERWRITE[@]}"
+          --num_train_epochs 8 --eval_strategy no --checkpointing_steps 0 $OVERWRITE)
+"${LAUNCH[@]}" pretrain/run_pretraining.py --embedded_corpus newsgroups $PRETRAINING_BUDGET $OVERWRITE
 "${LAUNCH[@]}" "${FINETUNE[@]}" --model_name_or_path outputs/pretrain --output_dir outputs/newsgroups/pretrained
 "${LAUNCH[@]}" "${FINETUNE[@]}" --config_name outputs/pretrain --output_dir outputs/newsgroups/random_init
 python -m benchmarks.baselines.tfidf --embedded_task newsgroups --max_train_samples_per_class "$LABELS_PER_CLASS" \

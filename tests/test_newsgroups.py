@@ -104,9 +104,10 @@ def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp
     assert "Traceback" not in missing.stderr
     bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr
-    for steps in (["--pretraining_steps", "ten"], ["--pretraining_steps", "0"], ["--pretraining_steps"]):
+    for steps in (["--pretraining_steps", "ten"], ["--pretraining_steps", "0"], ["--pretraining_steps", "99"],
+                  ["--pretraining_steps"]):
         bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), *steps], capture_output=True, text=True)
-        assert bad.returncode == 2 and "--pretraining_steps needs a positive whole number" in bad.stderr
+        assert bad.returncode == 2 and "--pretraining_steps needs a whole number of steps, at least" in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
 
 
@@ -128,11 +129,15 @@ def test_the_comparison_table(tmp_path, capsys):
     (tmp_path / "pretrain" / "results.json").write_text(json.dumps(
         {"steps": 2100, "max_train_minutes": 10.0, "train_tokens_seen": 2100 * 2048, "train_seconds": 598.0,
          "eval_loss": 4.5, "unigram_baseline_loss": 6.6, "mixed_precision": "bf16"}))
+    (tmp_path / "pretrain" / "run_args.json").write_text(json.dumps({"lr_scheduler_type": "constant_with_warmup"}))
     out = tmp_path / "comparison.json"
     compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
     printed = capsys.readouterr().out
     assert "a 10-minute budget, 2,100 steps, 4.3M tokens in 10.0 min (bf16)" in printed
-    assert "bash scripts/main_job.sh --pretraining_steps 2100" in printed  # the timed run, repeatable by steps
+    assert "bash scripts/main_job.sh --pretraining_steps 2100 --overwrite_output_dir" in printed  # by steps
+    (tmp_path / "pretrain" / "run_args.json").write_text(json.dumps({"lr_scheduler_type": "linear"}))
+    compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain")])
+    assert "--pretraining_steps" not in capsys.readouterr().out  # a timed linear decay is no step-bounded run
     table = json.loads(out.read_text())
     assert {k: table[k]["test_accuracy"] for k in ("pretrained", "random_init", "tfidf", "majority_class")} == {
         "pretrained": 0.62, "random_init": 0.60, "tfidf": 0.70, "majority_class": 0.05}
@@ -243,6 +248,10 @@ def test_the_compute_curve_says_where_each_milestone_is_reached(tmp_path, capsys
     reached = {m["milestone"]: m for m in json.loads((tmp_path / "f.json").read_text())["milestones"]}
     assert reached["TF-IDF"]["tokens"] is None and reached["TF-IDF"]["how"] is None  # the last slope is negative
     assert reached["random init + 5"]["how"] == "interpolated"  # crossed between two measured points, kept
+    twin = bench_file(tmp_path / "twin.json", "20", [0.48] * 3, [0.40] * 3, 0.60, steps=2400)  # another machine's run
+    compute_curve.main([str(f) for f in files] + [str(twin), "--out", str(tmp_path / "t.json")])
+    reached = {m["milestone"]: m for m in json.loads((tmp_path / "t.json").read_text())["milestones"]}
+    assert reached["TF-IDF"]["points_per_doubling_last"] == pytest.approx(7.0)  # the two 2,400-step points averaged
     early = bench_file(tmp_path / "early.json", "20", [0.45] * 3, [0.40] * 3, 0.60, steps=600)
     compute_curve.main([str(early), "--out", str(tmp_path / "e.json")])
     reached = {m["milestone"]: m for m in json.loads((tmp_path / "e.json").read_text())["milestones"]}

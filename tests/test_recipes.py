@@ -359,7 +359,7 @@ def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path,
     else:  # the recipe's default: warmup, then the peak rate up to the deadline
         assert len(rates) > 2 and rates[0] <= 3e-3 and rates[1:] == pytest.approx([3e-3] * (len(rates) - 1))
     assert "eval_loss" in read_metrics(tmp_path / "budget")[-1]  # the deadline's step is evaluated
-    if schedule == "constant_with_warmup":  # the timed run is the step-bounded run of its step count, on any machine
+    if schedule == "constant_with_warmup":  # the timed run is the step-bounded run of its step count
         steps = tiny_args(corpus, tmp_path / "steps", "--lr_scheduler_type", schedule)
         steps[steps.index("--max_steps") + 1] = str(results["steps"])
         run_pretraining.main(steps)
