@@ -139,7 +139,7 @@ def plot(points, path, main=DEFAULT_SERIES):
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
     colors = {}  # labels -> the main line's colour, which another recipe's line of the same labels shares
     named = "" if main == DEFAULT_SERIES else f", {main}"
@@ -175,7 +175,7 @@ def plot(points, path, main=DEFAULT_SERIES):
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("pretraining tokens (millions; small preset, 6 x 5.5M x tokens FLOPs)")
     ax.set_ylabel("test accuracy difference (points)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not over them
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
