@@ -98,12 +98,12 @@ def milestones(points):
     milestone met exactly at a budget is interpolated to it); "extrapolated": past the largest budget, at the points
     per doubling of the last two budgets (where the gain per doubling falls with the budget, as with XLNet's settings
     on 20 Newsgroups, it takes more than that); None where that slope is not positive or one budget was measured."""
-    rows = []
-    lines = dict.fromkeys((q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]) for q in points)
-    for key in lines:
-        line = [q for q in points if (q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]) == key
-                and q.get("device") != "gpu"]
-        flops_per_token = line[-1]["pretraining_flops"] / line[-1]["pretraining_tokens"] if line else None
+    rows, lines = [], {}
+    for q in points:
+        if q.get("device") != "gpu":
+            lines.setdefault((q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]), []).append(q)
+    for key, line in lines.items():
+        flops_per_token = line[-1]["pretraining_flops"] / line[-1]["pretraining_tokens"]
         for name, field, target in MILESTONES:
             gains = {}
             for q in line:
