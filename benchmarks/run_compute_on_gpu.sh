@@ -3,8 +3,8 @@
 # 20 Newsgroups training text, the recipe's defaults) for MINUTES minutes of optimizer steps on one GPU (bf16 by
 # --mixed_precision auto; COMPILE=1 adds --torch_compile, whose compilation counts against the minutes), then the
 # compute curve's finetuning on the same GPU: 50 labelled messages per group for 8 epochs and every label for 3,
-# lr 3e-4, SEEDS, pretrained and random init, the four (budget, arm) pairs side by side on the one GPU (a 5M-parameter
-# model leaves it mostly idle). TF-IDF is left out: it depends only on the labelled messages (the CPU tables have it).
+# lr 3e-4, SEEDS, pretrained and random init, every (budget, arm, seed) run side by side on the one GPU (a 5M-parameter
+# model leaves it mostly idle), then gathered into one file per (budget, arm). TF-IDF is left out: it depends only on the labelled messages (the CPU tables have it).
 # Results under $OUT (default gpu_out/): compute_<tag>_<phase>.log, and compute_<tag>.tgz (one file: a run on the GPU
 # machine returns only a few) holding newsgroups_gpu_<tag>_<budget>_<arm>.json (bench_newsgroups' files, the pretraining's results
 # inside), every finished run's record in runs/, the pretraining's metrics.jsonl and results.json, and each
@@ -48,7 +48,7 @@ keep=$WORK/out_$tag  # everything but the log, tarred into one file at the end
 runs=$WORK/runs/$tag  # one folder per tag: no tag's glob reaches another's (4min vs 4min_compiled_levers)
 # shellcheck disable=SC2115  # WORK has a default
 [ "$PHASE" = finetune ] || rm -rf "$pretrain" "$keep" "$runs"
-mkdir -p "$OUT" "$keep/runs"
+mkdir -p "$OUT" "$keep/runs" "$runs"
 source "$(dirname "$0")/gpu_env.sh"
 {
     date -u
@@ -63,22 +63,36 @@ source "$(dirname "$0")/gpu_env.sh"
     if [ "$left" -lt 30 ]; then echo "finetuning: no time left before DEADLINE=$DEADLINE ($left s)"; exit 3; fi
     echo "finetuning: $left s left"
     pids=()
+    export OMP_NUM_THREADS=1  # many processes share 16 cores; the CPU side is only data
     for spec in $SPECS; do
         budget=${spec%%:*} epochs=${spec##*:}
         for arm in pretrained random_init; do
-            # shellcheck disable=SC2086  # SEEDS is a list
-            timeout "$left" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
-                --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $SEEDS \
-                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_$arm" \
-                --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$keep/finetune_${tag}_${budget}_$arm.log" 2>&1 &
-            pids+=($!)
+            for seed in $SEEDS; do  # one process per seed: a 5M-parameter model leaves the GPU mostly idle
+                timeout "$left" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+                    --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds "$seed" \
+                    --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_$arm" \
+                    --out "$runs/seed_${budget}_${arm}_$seed.json" > "$keep/finetune_${tag}_${budget}_${arm}_$seed.log" 2>&1 &
+                pids+=($!)
+            done
         done
     done
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+    for spec in $SPECS; do  # the seeds' runs, cached in runs_dir, gathered into one file per (budget, arm)
+        budget=${spec%%:*} epochs=${spec##*:}
+        for arm in pretrained random_init; do
+            done_seeds=""
+            for seed in $SEEDS; do [ -f "$runs/seed_${budget}_${arm}_$seed.json" ] && done_seeds="$done_seeds $seed"; done
+            [ -n "$done_seeds" ] || continue
+            # shellcheck disable=SC2086  # a list of seeds
+            python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+                --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $done_seeds \
+                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_$arm" \
+                --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" | tail -n 1
+        done
+    done
     cp "$runs"/*/*.json "$keep/runs/" 2>/dev/null
     tar czf "$OUT/compute_$tag.tgz" -C "$keep" .
-    tail -n 3 "$keep"/finetune_"${tag}"_*.log
     date -u
     exit $status
 } 2>&1 | tee "$OUT/compute_${tag}_$PHASE.log"
