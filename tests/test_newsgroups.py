@@ -278,6 +278,13 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
     lines = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}
     assert lines["50 labels/group, three levers: pretrained - random init"] == [pytest.approx(600 * 2048 / 1e6)]
     assert lines["50 labels/group: pretrained - random init"] == [pytest.approx(5940 * 2048 / 1e6)]
+    on_gpu = series | {"device": "gpu", "pretraining_tokens": 9021 * 2048}  # another series' GPU point stands apart
+    ax = compute_curve.plot([defaults, series, on_gpu], tmp_path / "g.png")
+    drawn = {c.get_label(): c.lines[0] for c in ax.containers}
+    assert list(drawn["50 labels/group, three levers: pretrained - random init"].get_xdata()) == [
+        pytest.approx(600 * 2048 / 1e6)]
+    apart = drawn["50 labels/group, three levers: pretrained - random init (GPU)"]
+    assert list(apart.get_xdata()) == [pytest.approx(9021 * 2048 / 1e6)] and apart.get_linestyle() == "None"
     compute_curve.main([str(long), "--name", "XLNet's", "--series", "three levers", str(tmp_path / "other.json"),
                         "--out", str(tmp_path / "n.json")])
     assert [q["series"] for q in json.loads((tmp_path / "n.json").read_text())["points"]] == ["XLNet's", "three levers"]
