@@ -65,7 +65,7 @@ def finetune(args, arm, budget, lr, seed):
               "test_accuracy": results["test_accuracy"], "best_epoch": results["best_epoch"],
               "validation_curve": [h.get("eval_accuracy") for h in history],
               "train_loss_curve": [h["train_loss"] for h in history], "mixed_precision": results.get("mixed_precision")}
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(path, record)  # atomic: processes sharing runs_dir read each other's records
     return record
 
 

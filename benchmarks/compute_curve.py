@@ -132,7 +132,8 @@ def milestones(points):
 
 
 def plot(points, path, main=DEFAULT_SERIES):
-    """The gains against tokens; `main` is the series drawn as the main line (CPU line, GPU points apart)."""
+    """The gains against tokens; `main` is the series drawn as the main line (CPU line, GPU points apart), every other
+    series as a line of its own marker and style (its GPU points apart too)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,16 +166,17 @@ def plot(points, path, main=DEFAULT_SERIES):
     for (series, marker, ls) in zip(others, "D^vP*", (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)))):
         for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
-            for gpu in (False, True):  # its CPU line, and its GPU points apart as hollow markers
+            for gpu in (False, True):  # its CPU line, and its GPU points apart as hollow markers, in one colour
                 part = [q for q in group if (q.get("device") == "gpu") == gpu]
                 if part:
-                    ax.errorbar([q["pretraining_tokens"] / 1e6 for q in part],
+                    shown = ax.errorbar([q["pretraining_tokens"] / 1e6 for q in part],
                                 [100 * q["gain_over_random_init"] for q in part],
                                 yerr=[100 * q["gain_std"] for q in part], capsize=3, marker=marker,
                                 ls="none" if gpu else ls, color=colors.get(labels),
                                 **({"mfc": "none", "ms": 8} if gpu else {}),
                                 label=f"{labels} labels/group, {series}: pretrained - random init"
                                 + (" (GPU)" if gpu else ""))
+                    colors.setdefault(labels, shown[0].get_color())
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]

@@ -4,12 +4,14 @@
 # --mixed_precision auto; COMPILE=1 adds --torch_compile, whose compilation counts against the minutes), then the
 # compute curve's finetuning on the same GPU: 50 labelled messages per group for 8 epochs and every label for 3,
 # lr 3e-4, SEEDS, pretrained and random init, every (budget, arm, seed) run side by side on the one GPU (a 5M-parameter
-# model leaves it mostly idle), then gathered into one file per (budget, arm). TF-IDF is left out: it depends only on the labelled messages (the CPU tables have it).
+# model leaves it mostly idle), then the finished seeds gathered into one file per (budget, arm). TF-IDF is left out:
+# it depends only on the labelled messages (the CPU tables have it).
 # Results under $OUT (default gpu_out/): compute_<tag>_<phase>.log, and compute_<tag>.tgz (one file: a run on the GPU
 # machine returns only a few) holding newsgroups_gpu_<tag>_<budget>_<arm>.json (bench_newsgroups' files, the pretraining's results
 # inside), every finished run's record in runs/, the pretraining's metrics.jsonl and results.json, and each
-# finetuning's log. DEADLINE (seconds from the start, default 540) stops the finetuning in time for the files to come
-# back; finished runs are kept. A run on the GPU machine lasts 10 minutes at most: for a longer pretraining, PHASE=pretrain
+# finetuning's log. DEADLINE (seconds from the start, default 540) stops the finetuning 60 s before it, leaving that
+# minute to the gathering, in time for the files to come back; finished runs are kept and reused by a PHASE=finetune
+# run of the same tag and SPECS. A run on the GPU machine lasts 10 minutes at most: for a longer pretraining, PHASE=pretrain
 # in one run, then PHASE=finetune in the next on the same machine (the model waits in $WORK, outside the copied tree).
 # Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES, COMPILE and NAME go.
 #
@@ -60,35 +62,40 @@ source "$(dirname "$0")/gpu_env.sh"
     if [ "$PHASE" = pretrain ]; then tar czf "$OUT/compute_${tag}_pretrain.tgz" -C "$keep" .; exit $?; fi
     date -u
     left=$((DEADLINE - SECONDS))
-    if [ "$left" -lt 30 ]; then echo "finetuning: no time left before DEADLINE=$DEADLINE ($left s)"; exit 3; fi
+    if [ "$left" -lt 90 ]; then echo "finetuning: no time left before DEADLINE=$DEADLINE ($left s)"; exit 3; fi
     echo "finetuning: $left s left"
     pids=()
     export OMP_NUM_THREADS=1  # many processes share 16 cores; the CPU side is only data
+    rm -f "$keep"/newsgroups_gpu_* "$keep"/finetune_*  # an earlier finetuning's files; its cached runs stay
     for spec in $SPECS; do
         budget=${spec%%:*} epochs=${spec##*:}
         for arm in pretrained random_init; do
             for seed in $SEEDS; do  # one process per seed: a 5M-parameter model leaves the GPU mostly idle
-                timeout "$left" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+                # stopped 60 s before DEADLINE: the gathering below loads the splits once per (budget, arm)
+                timeout $((left - 60)) python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
                     --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds "$seed" \
-                    --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_$arm" \
-                    --out "$runs/seed_${budget}_${arm}_$seed.json" > "$keep/finetune_${tag}_${budget}_${arm}_$seed.log" 2>&1 &
+                    --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_${epochs}ep_$arm" \
+                    --out "$runs/seed_${budget}_${epochs}ep_${arm}_$seed.json" > "$keep/finetune_${tag}_${budget}_${epochs}ep_${arm}_$seed.log" 2>&1 &
                 pids+=($!)
             done
         done
     done
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
-    for spec in $SPECS; do  # the seeds' runs, cached in runs_dir, gathered into one file per (budget, arm)
+    for spec in $SPECS; do  # the finished seeds' runs, cached in runs_dir, gathered into one file per (budget, arm)
         budget=${spec%%:*} epochs=${spec##*:}
         for arm in pretrained random_init; do
             done_seeds=""
-            for seed in $SEEDS; do [ -f "$runs/seed_${budget}_${arm}_$seed.json" ] && done_seeds="$done_seeds $seed"; done
+            for seed in $SEEDS; do
+                compgen -G "$runs/${budget}_${epochs}ep_$arm/${arm}_*_seed$seed.json" > /dev/null && done_seeds="$done_seeds $seed"
+            done
             [ -n "$done_seeds" ] || continue
             # shellcheck disable=SC2086  # a list of seeds
-            python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+            timeout 60 python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
                 --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $done_seeds \
-                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_$arm" \
-                --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" | tail -n 1
+                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_${epochs}ep_$arm" \
+                --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$WORK/gather.log" 2>&1 || status=$?
+            tail -n 1 "$WORK/gather.log"
         done
     done
     cp "$runs"/*/*.json "$keep/runs/" 2>/dev/null

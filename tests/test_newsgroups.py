@@ -285,6 +285,13 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
         pytest.approx(600 * 2048 / 1e6)]
     apart = drawn["50 labels/group, three levers: pretrained - random init (GPU)"]
     assert list(apart.get_xdata()) == [pytest.approx(9021 * 2048 / 1e6)] and apart.get_linestyle() == "None"
+    assert apart.get_markerfacecolor() == "none"
+    # no main line at 20 labels: the series' CPU line and its GPU point still share one colour
+    ax = compute_curve.plot([defaults, series | {"labels_per_class": "20"}, on_gpu | {"labels_per_class": "20"}],
+                            tmp_path / "c20.png")
+    drawn = {c.get_label(): c.lines[0] for c in ax.containers}
+    assert (drawn["20 labels/group, three levers: pretrained - random init"].get_color()
+            == drawn["20 labels/group, three levers: pretrained - random init (GPU)"].get_color())
     compute_curve.main([str(long), "--name", "XLNet's", "--series", "three levers", str(tmp_path / "other.json"),
                         "--out", str(tmp_path / "n.json")])
     assert [q["series"] for q in json.loads((tmp_path / "n.json").read_text())["points"]] == ["XLNet's", "three levers"]
