@@ -144,39 +144,41 @@ def plot(points, path, main=DEFAULT_SERIES):
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
     colors = {}  # labels -> the main line's colour, which another recipe's line of the same labels shares
     named = "" if main == DEFAULT_SERIES else f", {main}"
+
+    def gains(group, label, color, gpu, **style):
+        """The gains over random init of one group of points, in `color` (None: the next); GPU points (another
+        schedule, their own random arm) stand apart as hollow markers. Returns the colour drawn."""
+        shown = ax.errorbar([q["pretraining_tokens"] / 1e6 for q in group],
+                            [100 * q["gain_over_random_init"] for q in group],
+                            yerr=[100 * q["gain_std"] for q in group], capsize=3, color=color,
+                            label=label + (" (GPU)" if gpu else ""),
+                            **(style | ({"ls": "none", "mfc": "none", "ms": 8} if gpu else {})))
+        return shown[0].get_color()
+
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
-        # a line through the CPU points; a GPU point (another schedule, its own random arm) stands apart in its colour
+        # a line through the CPU points; a GPU point stands apart in its colour
         ours = [q for q in points if q["labels_per_class"] == labels and q.get("series", DEFAULT_SERIES) == main]
         line = [q for q in ours if q.get("device") != "gpu"]
         apart = [q for q in ours if q.get("device") == "gpu"]
         color = None
-        for group, style in ((line, {}), (apart, {"ls": "none", "marker": "s", "mfc": "none", "ms": 8})):
+        for group, gpu in ((line, False), (apart, True)):
             if not group:
                 continue
-            x = [q["pretraining_tokens"] / 1e6 for q in group]
-            shown = ax.errorbar(x, [100 * q["gain_over_random_init"] for q in group],
-                                yerr=[100 * q["gain_std"] for q in group], capsize=3, color=color,
-                                **({"marker": "o"} | style),
-                                label=f"{labels} labels/group{named}: pretrained - random init" + (" (GPU)" if style else ""))
-            color = colors[labels] = shown[0].get_color()
+            color = colors[labels] = gains(group, f"{labels} labels/group{named}: pretrained - random init", color, gpu,
+                                           marker="s" if gpu else "o")
             if all(q["gain_over_tfidf"] is not None for q in group):
-                ax.plot(x, [100 * q["gain_over_tfidf"] for q in group], ls="--" if not style else "none", marker="x",
-                        color=color, label=None if style else f"{labels} labels/group{named}: pretrained - TF-IDF")
+                ax.plot([q["pretraining_tokens"] / 1e6 for q in group], [100 * q["gain_over_tfidf"] for q in group],
+                        ls="none" if gpu else "--", marker="x", color=color,
+                        label=None if gpu else f"{labels} labels/group{named}: pretrained - TF-IDF")
     others = dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != main)
     for (series, marker, ls) in zip(others, "D^vP*", (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)))):
         for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
-            for gpu in (False, True):  # its CPU line, and its GPU points apart as hollow markers, in one colour
+            for gpu in (False, True):  # its CPU line, then its GPU points apart, in one colour
                 part = [q for q in group if (q.get("device") == "gpu") == gpu]
                 if part:
-                    shown = ax.errorbar([q["pretraining_tokens"] / 1e6 for q in part],
-                                [100 * q["gain_over_random_init"] for q in part],
-                                yerr=[100 * q["gain_std"] for q in part], capsize=3, marker=marker,
-                                ls="none" if gpu else ls, color=colors.get(labels),
-                                **({"mfc": "none", "ms": 8} if gpu else {}),
-                                label=f"{labels} labels/group, {series}: pretrained - random init"
-                                + (" (GPU)" if gpu else ""))
-                    colors.setdefault(labels, shown[0].get_color())
+                    colors.setdefault(labels, gains(part, f"{labels} labels/group, {series}: pretrained - random init",
+                                                    colors.get(labels), gpu, marker=marker, ls=ls))
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
