@@ -64,6 +64,12 @@ source "$(dirname "$0")/gpu_env.sh"
     left=$((DEADLINE - SECONDS))
     if [ "$left" -lt 90 ]; then echo "finetuning: no time left before DEADLINE=$DEADLINE ($left s)"; exit 3; fi
     echo "finetuning: $left s left"
+    finetune() {  # bench_newsgroups for the loop's (budget, epochs, arm) on the GPU: a time limit, then --seeds and --out
+        local limit=$1; shift
+        timeout "$limit" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+            --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 \
+            --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_${epochs}ep_$arm" "$@"
+    }
     pids=()
     export OMP_NUM_THREADS=1  # many processes share 16 cores; the CPU side is only data
     rm -f "$keep"/newsgroups_gpu_* "$keep"/finetune_*  # an earlier finetuning's files; its cached runs stay
@@ -72,10 +78,8 @@ source "$(dirname "$0")/gpu_env.sh"
         for arm in pretrained random_init; do
             for seed in $SEEDS; do  # one process per seed: a 5M-parameter model leaves the GPU mostly idle
                 # stopped 60 s before DEADLINE: the gathering below loads the splits once per (budget, arm)
-                timeout $((left - 60)) python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
-                    --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds "$seed" \
-                    --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_${epochs}ep_$arm" \
-                    --out "$runs/seed_${budget}_${epochs}ep_${arm}_$seed.json" > "$keep/finetune_${tag}_${budget}_${epochs}ep_${arm}_$seed.log" 2>&1 &
+                finetune $((left - 60)) --seeds "$seed" --out "$runs/seed_${budget}_${epochs}ep_${arm}_$seed.json" \
+                    > "$keep/finetune_${tag}_${budget}_${epochs}ep_${arm}_$seed.log" 2>&1 &
                 pids+=($!)
             done
         done
@@ -91,10 +95,8 @@ source "$(dirname "$0")/gpu_env.sh"
             done
             [ -n "$done_seeds" ] || continue
             # shellcheck disable=SC2086  # a list of seeds
-            timeout 60 python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
-                --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 --seeds $done_seeds \
-                --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_${epochs}ep_$arm" \
-                --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$WORK/gather.log" 2>&1 || status=$?
+            finetune 60 --seeds $done_seeds --out "$keep/newsgroups_gpu_${tag}_${budget}_$arm.json" > "$WORK/gather.log" 2>&1 \
+                || status=$?
             tail -n 1 "$WORK/gather.log"
         done
     done
