@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.compute_curve import _precision
+from benchmarks.compute_curve import precision_name
 
 ROWS = (("pretrained", "XLNet-Lite, pretrained here"), ("random_init", "same architecture, random init"),
         ("tfidf", "TF-IDF + logistic regression"), ("majority_class", "majority class"))
@@ -73,7 +73,7 @@ def main(argv=None):
     if run and run.get("steps") and run.get("train_tokens_seen") and run.get("train_seconds"):
         budget = (f"a {run['max_train_minutes']:g}-minute budget" if run.get("max_train_minutes")
                   else f"a {run['steps']:,}-step budget")
-        precision = _precision(run.get("mixed_precision")) or "precision not recorded"
+        precision = precision_name(run.get("mixed_precision")) or "precision not recorded"
         print(f"pretraining: {budget}, {run['steps']:,} steps, {run['train_tokens_seen'] / 1e6:.1f}M tokens in "
               f"{run['train_seconds'] / 60:.1f} min ({precision}); validation PLM loss "
               f"{run.get('eval_loss') or float('nan'):.2f} against a unigram baseline of "

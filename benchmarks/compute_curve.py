@@ -76,7 +76,8 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
     return sorted(points, key=lambda q: (_labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
 
 
-def _precision(mixed_precision):
+def precision_name(mixed_precision):
+    """How a run's --mixed_precision reads in a table: "no" is fp32."""
     return "fp32" if mixed_precision == "no" else mixed_precision
 
 
@@ -229,7 +230,7 @@ def main(argv=None):
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
         print(f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
-              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({_precision(q['pretraining_precision'])}"
+              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({precision_name(q['pretraining_precision'])}"
               f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
               f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
               f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "

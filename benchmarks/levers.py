@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from benchmarks.compute_curve import _precision, load_points
+from benchmarks.compute_curve import load_points, precision_name
 
 # arguments that name places or bookkeeping, not the pretraining itself
 NOT_A_LEVER = {"output_dir", "overwrite_output_dir", "resume_from_checkpoint", "token_store_cache_dir", "logging_steps",
@@ -84,7 +84,7 @@ def markdown(rows):
             f"{q['eval_loss_minus_unigram']:+.2f} | {_pm(q['pretrained'], q['pretrained_std'], q['seeds'])} | "
             f"{'' if q['pretrained_validation'] is None else format(q['pretrained_validation'], '.3f')} | "
             f"{_pm(q['random_init'], q['random_init_std'], q['random_init_seeds'])} | {gain} | {q['machine']}, "
-            f"{_precision(q['pretraining_precision'])} | {Path(q['file']).name} |")
+            f"{precision_name(q['pretraining_precision'])} | {Path(q['file']).name} |")
     return "\n".join(lines)
 
 
