@@ -12,7 +12,8 @@ given with --reference, which add no points. A point finetuned on a GPU (`--devi
 arm finetuned on a GPU too; TF-IDF does not depend on the device. FLOPs are the usual
 estimate, 6 x parameters x tokens. Beside the table: the tokens at which the gain over random init reaches 0, +5
 and +10 points and the pretrained model reaches TF-IDF, per line: at or below the smallest budget, interpolated
-between two budgets, or extrapolated at the last two budgets' gain per doubling (`milestones`). The result files make the main line and should share one pretraining objective
+between two budgets, or extrapolated at the last two budgets' gain per doubling, unless those two budgets are level
+within their finetuning seeds' spread (`milestones`). The result files make the main line and should share one pretraining objective
 and schedule (`--name` names it; default "defaults"). Another pretraining recipe goes beside it as its own line with
 `--series NAME FILE [FILE ...]` (repeatable); every point carries its line's name as `"series"`.
 """
@@ -92,13 +93,20 @@ MILESTONES = (("random init", "gain_over_random_init", 0.0), ("random init + 5",
               ("random init + 10", "gain_over_random_init", 0.10), ("TF-IDF", "gain_over_tfidf", 0.0))
 
 
+def standard_error(q):
+    """Of a point's mean pretrained accuracy over its finetuning seeds (0 for one seed or no spread recorded)."""
+    return (q.get("pretrained_std") or 0.0) / math.sqrt(q.get("seeds") or 1)
+
+
 def milestones(points):
     """Per recipe, number of labels and finetuning flags (CPU points; points of equal tokens, e.g. two machines'
     runs of one budget, averaged): the pretraining tokens at which each milestone is reached. "at or below": met at
     the smallest budget measured; "interpolated": between two budgets, the gain taken as straight in log tokens (a
     milestone met exactly at a budget is interpolated to it); "extrapolated": past the largest budget, at the points
     per doubling of the last two budgets (where the gain per doubling falls with the budget, as with XLNet's settings
-    on 20 Newsgroups, it takes more than that); None where that slope is not positive or one budget was measured."""
+    on 20 Newsgroups, it takes more than that); None where that slope is not positive or one budget was measured, and
+    "level" where the last two budgets' pretrained accuracies differ by no more than one standard error of their
+    difference (the seeds' spread): a slope the seeds cannot tell from zero extrapolates nowhere."""
     rows, lines = [], {}
     for q in points:
         if q.get("device") != "gpu":
@@ -106,11 +114,14 @@ def milestones(points):
     for key, line in lines.items():
         flops_per_token = line[-1]["pretraining_flops"] / line[-1]["pretraining_tokens"]
         for name, field, target in MILESTONES:
-            gains = {}
+            gains, errors = {}, {}
             for q in line:
                 if q[field] is not None:
                     gains.setdefault(q["pretraining_tokens"], []).append(q[field])
+                    errors.setdefault(q["pretraining_tokens"], []).append(standard_error(q))
             measured = [(math.log2(t), sum(g) / len(g)) for t, g in sorted(gains.items())]
+            # the standard error of each budget's mean pretrained accuracy (runs of one budget averaged)
+            noise = [math.sqrt(sum(e * e for e in errors[t])) / len(errors[t]) for t in sorted(errors)]
             if not measured:
                 continue
             reached, how, slope = None, None, None
@@ -122,7 +133,9 @@ def milestones(points):
             if len(measured) >= 2:
                 (x0, g0), (x1, g1) = measured[-2:]
                 slope = (g1 - g0) / (x1 - x0)
-                if reached is None and slope > 0:
+                if reached is None and abs(g1 - g0) <= math.hypot(*noise[-2:]):
+                    how = "level"
+                elif reached is None and slope > 0:
                     reached, how = x1 + (target - g1) / slope, "extrapolated"
             tokens = None if reached is None else 2.0 ** reached
             rows.append({"series": key[0], "labels_per_class": key[1], "finetune_flags": key[2], "milestone": name,
@@ -239,8 +252,9 @@ def main(argv=None):
     print("\n| recipe | labels/group (finetuning) | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
           "|---|---|---|---|---|---|---|")
     for m in reached:
-        at = (f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}" if m["tokens"] is not None else "not, at the last slope | "
-              if m["points_per_doubling_last"] is not None else "one budget measured | ")
+        at = (f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}" if m["tokens"] is not None
+              else "not: the last two budgets level within the seeds' spread | " if m["how"] == "level"
+              else "not, at the last slope | " if m["points_per_doubling_last"] is not None else "one budget measured | ")
         slope = "" if m["points_per_doubling_last"] is None else f"{m['points_per_doubling_last']:+.1f}"
         flags = f" ({m['finetune_flags']})" if m["finetune_flags"] else ""
         print(f"| {m['series']} | {m['labels_per_class']}{flags} | {m['milestone']} | {at} | {m['how'] or ''} | {slope} |")

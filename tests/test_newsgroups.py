@@ -252,6 +252,18 @@ def test_the_compute_curve_says_where_each_milestone_is_reached(tmp_path, capsys
     compute_curve.main([str(f) for f in files] + [str(twin), "--out", str(tmp_path / "t.json")])
     reached = {m["milestone"]: m for m in json.loads((tmp_path / "t.json").read_text())["milestones"]}
     assert reached["TF-IDF"]["points_per_doubling_last"] == pytest.approx(7.0)  # the two 2,400-step points averaged
+    level = bench_file(tmp_path / "level.json", "20", [0.45, 0.465, 0.48], [0.40] * 3, 0.60, steps=4800)
+    compute_curve.main([str(f) for f in files] + [str(level), "--out", str(tmp_path / "l.json")])
+    reached = {m["milestone"]: m for m in json.loads((tmp_path / "l.json").read_text())["milestones"]}
+    # +0.5 points past 2,400 steps, where one standard error of the difference is 0.87: no extrapolation from it
+    assert reached["TF-IDF"]["how"] == "level" and reached["TF-IDF"]["tokens"] is None
+    assert reached["random init + 10"]["points_per_doubling_last"] == pytest.approx(0.5)
+    assert "| defaults | 20 | random init + 10 | not: the last two budgets level within the seeds' spread |  | level |" in (
+        capsys.readouterr().out)
+    firmer = bench_file(tmp_path / "firmer.json", "20", [0.47, 0.475, 0.48], [0.40] * 3, 0.60, steps=4800)
+    compute_curve.main([str(f) for f in files] + [str(firmer), "--out", str(tmp_path / "m.json")])
+    reached = {m["milestone"]: m for m in json.loads((tmp_path / "m.json").read_text())["milestones"]}
+    assert reached["random init + 10"]["how"] == "extrapolated"  # +1.5 points, the error 0.29: extrapolated
     early = bench_file(tmp_path / "early.json", "20", [0.45] * 3, [0.40] * 3, 0.60, steps=600)
     compute_curve.main([str(early), "--out", str(tmp_path / "e.json")])
     reached = {m["milestone"]: m for m in json.loads((tmp_path / "e.json").read_text())["milestones"]}
