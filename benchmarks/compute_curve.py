@@ -105,8 +105,9 @@ def milestones(points):
     milestone met exactly at a budget is interpolated to it); "extrapolated": past the largest budget, at the points
     per doubling of the last two budgets (where the gain per doubling falls with the budget, as with XLNet's settings
     on 20 Newsgroups, it takes more than that); None where that slope is not positive or one budget was measured, and
-    "level" where the last two budgets' pretrained accuracies differ by no more than one standard error of their
-    difference (the seeds' spread): a slope the seeds cannot tell from zero extrapolates nowhere."""
+    "level" where the last two budgets' gains differ by no more than one standard error of the difference of their
+    pretrained accuracies over the seeds (the random-init and TF-IDF references are shared along a line): a slope the
+    seeds cannot tell from zero extrapolates nowhere."""
     rows, lines = [], {}
     for q in points:
         if q.get("device") != "gpu":
