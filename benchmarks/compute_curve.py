@@ -115,14 +115,13 @@ def milestones(points):
     for key, line in lines.items():
         flops_per_token = line[-1]["pretraining_flops"] / line[-1]["pretraining_tokens"]
         for name, field, target in MILESTONES:
-            gains, errors = {}, {}
+            budgets = {}  # tokens -> (gain, standard error of the pretrained accuracy) of each run of that budget
             for q in line:
                 if q[field] is not None:
-                    gains.setdefault(q["pretraining_tokens"], []).append(q[field])
-                    errors.setdefault(q["pretraining_tokens"], []).append(standard_error(q))
-            measured = [(math.log2(t), sum(g) / len(g)) for t, g in sorted(gains.items())]
-            # the standard error of each budget's mean pretrained accuracy (runs of one budget averaged)
-            noise = [math.sqrt(sum(e * e for e in errors[t])) / len(errors[t]) for t in sorted(errors)]
+                    budgets.setdefault(q["pretraining_tokens"], []).append((q[field], standard_error(q)))
+            budgets = sorted(budgets.items())  # the runs of one budget averaged, their standard errors with them
+            measured = [(math.log2(t), sum(g for g, _ in runs) / len(runs)) for t, runs in budgets]
+            noise = [math.sqrt(sum(e * e for _, e in runs)) / len(runs) for _, runs in budgets]
             if not measured:
                 continue
             reached, how, slope = None, None, None
