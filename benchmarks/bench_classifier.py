@@ -79,7 +79,7 @@ def timed(fn):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_classifier", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_size", choices=["tiny", "small", "base"], default="small")
+    parser.add_argument("--model_size", choices=["tiny", "small", "medium", "base"], default="small")
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--num_labels", type=int, default=20)

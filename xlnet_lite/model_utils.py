@@ -13,6 +13,7 @@ from .convert import from_hf_xlnet, hf_class
 MODEL_PRESETS = {
     "tiny": dict(d_model=64, n_layer=2, n_head=2, d_inner=256),  # 0.63M
     "small": dict(d_model=256, n_layer=4, n_head=4, d_inner=1024),  # 5.5M
+    "medium": dict(d_model=384, n_layer=6, n_head=6, d_inner=1536),  # 14.6M
     "base": dict(d_model=768, n_layer=12, n_head=12, d_inner=3072),  # 98M (XLNet-base layout)
 }
 
