@@ -179,6 +179,18 @@ def test_unknown_flag_or_choice_stops(corpus, tmp_path, flags):
         run_pretraining.main(tiny_args(corpus, tmp_path) + flags)
 
 
+def test_model_size_choices_are_the_presets():
+    """--model_size offers exactly the presets xlnet_lite.model_utils defines (a new preset is reachable from the
+    recipe, a removed one is not offered)."""
+    import dataclasses
+    import typing
+
+    from xlnet_lite.model_utils import MODEL_PRESETS
+
+    field = next(f for f in dataclasses.fields(run_pretraining.PretrainingArguments) if f.name == "model_size")
+    assert set(typing.get_args(field.type)) == set(MODEL_PRESETS)
+
+
 def test_config_file_with_flag_override(corpus, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("seq_len: 32\nreuse_len: 16\nmax_steps: 99\n")
