@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from xlnet_lite.model_utils import MODEL_PRESETS
+
 VARIANTS = ("transformers", "xlnet_lite_pooled_position", "xlnet_lite_whole_last_layer")
 
 
@@ -43,7 +45,6 @@ def models(args):
     import transformers
 
     import xlnet_lite
-    from xlnet_lite.model_utils import MODEL_PRESETS
 
     torch.manual_seed(0)
     config = transformers.XLNetConfig(vocab_size=8000, num_labels=args.num_labels, dropout=0.1, mem_len=None,
@@ -79,7 +80,7 @@ def timed(fn):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_classifier", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_size", choices=["tiny", "small", "medium", "base"], default="small")
+    parser.add_argument("--model_size", choices=list(MODEL_PRESETS), default="small")
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--num_labels", type=int, default=20)

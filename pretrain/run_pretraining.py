@@ -69,7 +69,7 @@ class PretrainingArguments(training.RecipeArguments):
     """XLNet permutation-LM pretraining (pretrain/run_pretraining.py)."""
 
     # model
-    model_size: Literal["tiny", "small", "medium", "base"] = field(default="small", metadata={"help": "Architecture preset (random init)."})
+    model_size: Literal[tuple(MODEL_PRESETS)] = field(default="small", metadata={"help": "Architecture preset (random init)."})
     config_name: str | None = field(default=None, metadata={"help": "Random init from this config folder (XLNet-Lite or transformers XLNet)."})
     model_name_or_path: str | None = field(default=None, metadata={"help": "Continue pretraining these weights (XLNet-Lite or transformers XLNet; folder or Hub id)."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or Hub id (default: trained on the corpus)."})
