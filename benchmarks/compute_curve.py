@@ -28,15 +28,20 @@ from pathlib import Path
 
 def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=False):
     """One point per (file, labels) pretrained arm, joined with its random-init and TF-IDF references (of the same
-    labels and flags; where several files have one, the last given, references last). With prefer_own a file's own
+    labels and flags, and for random init the same model size: a `medium` pretrained arm is never held against a
+    `small` random one; where several files have one, the last given, references last). With prefer_own a file's own
     random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing gets None
     for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
-    random_arms, tfidf_rows = {}, {}  # (labels, flags, device) -> random-init arm; (labels, flags) -> TF-IDF row
+    random_arms, tfidf_rows = {}, {}  # (labels, flags, device, parameters) -> random-init arm; (labels, flags) -> TF-IDF
+
+    def random_key(data, labels):
+        return labels, data["finetune_flags"], data.get("device", "cpu"), data["pretraining_results"]["parameters"]
+
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
         for labels, arms in data["summary"].items():
             if "random_init" in arms:
-                random_arms[(labels, data["finetune_flags"], data.get("device", "cpu"))] = arms["random_init"]
+                random_arms[random_key(data, labels)] = arms["random_init"]
             if "tfidf" in arms:
                 tfidf_rows[(labels, data["finetune_flags"])] = arms["tfidf"]
     points = []
@@ -47,13 +52,14 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
             if "pretrained" not in arms:
                 continue
             ref = {"tfidf": tfidf_rows.get((labels, data["finetune_flags"]), {})}
-            if (labels, data["finetune_flags"], device) in random_arms:
-                ref["random_init"] = random_arms[(labels, data["finetune_flags"], device)]
+            if random_key(data, labels) in random_arms:
+                ref["random_init"] = random_arms[random_key(data, labels)]
             if prefer_own:
                 ref.update({arm: arms[arm] for arm in ("random_init", "tfidf") if arm in arms})
             if "random_init" not in ref and require_random_init:
                 raise SystemExit(f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
-                                 f"{data['finetune_flags']!r} on the {device} in any file given")
+                                 f"{data['finetune_flags']!r} on the {device} for a model of "
+                                 f"{pretraining['parameters']:,} parameters in any file given")
             p = arms["pretrained"]["test_accuracy"]
             r = ref["random_init"]["test_accuracy"] if "random_init" in ref else {"mean": None, "std": None}
             tfidf = ref.get("tfidf", {}).get("test_accuracy")

@@ -432,6 +432,26 @@ def test_model_surgery_changes_only_its_part(pretrained, tmp_path):
         assert exit_info.value.code == 2 and not (tmp_path / "no").exists()
 
 
+def test_a_larger_model_is_held_against_its_own_size_at_random_init(tmp_path):
+    from benchmarks import compute_curve
+
+    def sized(path, pretrained, random_init, parameters, arms):
+        data = json.loads(bench_file(path, "all", pretrained, random_init or [0.0], 0.85, flags="-e 3").read_text())
+        data["pretraining_results"]["parameters"] = parameters
+        data["summary"]["all"] = {arm: data["summary"]["all"][arm] for arm in arms}
+        path.write_text(json.dumps(data))
+        return path
+
+    medium_longer = sized(tmp_path / "m6000.json", [0.80] * 3, None, 14_614_208, ["pretrained"])
+    medium = sized(tmp_path / "m3000.json", [0.786] * 3, [0.754] * 3, 14_614_208, ["pretrained", "random_init"])
+    small = sized(tmp_path / "small.json", [0.76] * 3, [0.746] * 3, 5_478_464, ["pretrained", "random_init"])
+    # the small file comes last, so it would win a join on labels and flags alone
+    points = compute_curve.load_points([medium_longer, medium], [small], require_random_init=False, prefer_own=True)
+    assert {p["file"]: p["random_init"] for p in points}[str(medium_longer)] == pytest.approx(0.754)
+    with pytest.raises(SystemExit, match="for a model of 14,614,208 parameters"):
+        compute_curve.load_points([medium_longer], [small])
+
+
 def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, capsys):
     from benchmarks import levers
 
