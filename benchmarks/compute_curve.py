@@ -33,7 +33,7 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
     random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing gets None
     for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
-    random_arms, tfidf_rows = {}, {}  # (labels, flags, device, parameters) -> random-init arm; (labels, flags) -> TF-IDF
+    random_arms, tfidf_rows = {}, {}  # (labels, flags, device, parameters) -> random-init arm; (labels, flags) -> row
 
     def random_key(data, labels):
         return labels, data["finetune_flags"], data.get("device", "cpu"), data["pretraining_results"]["parameters"]
@@ -52,8 +52,8 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
             if "pretrained" not in arms:
                 continue
             ref = {"tfidf": tfidf_rows.get((labels, data["finetune_flags"]), {})}
-            if random_key(data, labels) in random_arms:
-                ref["random_init"] = random_arms[random_key(data, labels)]
+            if (key := random_key(data, labels)) in random_arms:
+                ref["random_init"] = random_arms[key]
             if prefer_own:
                 ref.update({arm: arms[arm] for arm in ("random_init", "tfidf") if arm in arms})
             if "random_init" not in ref and require_random_init:

@@ -7,7 +7,8 @@
 
 Each argument is NAME=FILE, a result file of `benchmarks.bench_newsgroups` and the lever it measures; the random-init
 and TF-IDF references are joined as `benchmarks.compute_curve` joins them (same labels and finetuning flags; a GPU
-point against a GPU random arm, a model size against the same size's): the file's own arms first, then a --reference file's, then another named file's.
+point against a GPU random arm, a model size against the same size's): the file's own arms first, then a --reference
+file's, then another named file's.
 An arm whose finetuning flags no file's random arm shares keeps an empty gain.
 Where the file records its pretraining's arguments (`pretraining_args`), the flags that differ from XLNet's objective
 settings (spans of up to 5 tokens, 1/6 predicted, linear decay: where the levers start from) and the pretraining

@@ -147,7 +147,7 @@ def test_the_comparison_table(tmp_path, capsys):
     assert table["test_examples"] == 7528
 
 
-def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flags=""):
+def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flags="", parameters=5_480_000):
     """A result file of benchmarks.bench_newsgroups with the given test accuracies (3 seeds each)."""
     def arm(values):
         mean = sum(values) / len(values)
@@ -156,7 +156,7 @@ def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flag
 
     path.write_text(json.dumps({
         "environment": {"cpu": "a test CPU"}, "finetune_flags": flags,
-        "pretraining_results": {"steps": steps, "train_tokens_seen": steps * 2048, "parameters": 5_480_000,
+        "pretraining_results": {"steps": steps, "train_tokens_seen": steps * 2048, "parameters": parameters,
                                 "train_seconds": steps / 6, "mixed_precision": "bf16", "eval_loss": 4.4,
                                 "unigram_baseline_loss": 6.6},
         "summary": {labels: {"pretrained": arm(pretrained), "random_init": arm(random_init),
@@ -436,8 +436,8 @@ def test_a_larger_model_is_held_against_its_own_size_at_random_init(tmp_path):
     from benchmarks import compute_curve
 
     def sized(path, pretrained, random_init, parameters, arms):
-        data = json.loads(bench_file(path, "all", pretrained, random_init or [0.0], 0.85, flags="-e 3").read_text())
-        data["pretraining_results"]["parameters"] = parameters
+        data = json.loads(bench_file(path, "all", pretrained, random_init or [0.0], 0.85, flags="-e 3",
+                                     parameters=parameters).read_text())
         data["summary"]["all"] = {arm: data["summary"]["all"][arm] for arm in arms}
         path.write_text(json.dumps(data))
         return path
