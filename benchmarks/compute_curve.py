@@ -204,7 +204,7 @@ def plot(points, path, main=DEFAULT_SERIES):
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("pretraining tokens (millions; small preset, 6 x 5.5M x tokens FLOPs)")
+    ax.set_xlabel("pretraining tokens (millions; FLOPs: 6 x parameters x tokens)")
     ax.set_ylabel("test accuracy difference (points)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not over them
     ax.grid(alpha=0.3)

@@ -88,6 +88,23 @@ def test_the_default_constant_rate_lets_a_finished_run_be_extended_exactly(corpu
     assert [m["learning_rate"] for m in read_metrics(linear) if "loss" in m][-1] == 0.0
 
 
+def test_dropout_replaces_that_of_the_weights_or_config_it_starts_from(straight_run, corpus, tmp_path):
+    """--dropout is the run's dropout whatever it starts from: weights or a config saved with dropout 0, continued
+    at --dropout 0.25, train and save a model whose every dropout layer drops a quarter."""
+    from xlnet_lite import XLNetLiteLMHeadModel
+    from xlnet_lite.modeling_xlnet_lite import Dropout
+
+    out, _ = straight_run
+    assert json.loads((out / "config.json").read_text())["dropout"] == 0.0
+    for flag in ("--model_name_or_path", "--config_name"):
+        dest = tmp_path / flag.strip("-")
+        run_pretraining.main(tiny_args(corpus, dest, flag, str(out), "--dropout", "0.25", "--max_steps", "3",
+                                       "--checkpointing_steps", "0"))
+        assert json.loads((dest / "config.json").read_text())["dropout"] == 0.25, flag
+        rates = {m.p for m in XLNetLiteLMHeadModel.from_pretrained(dest).modules() if isinstance(m, Dropout)}
+        assert rates == {0.25}, flag
+
+
 def test_same_seed_same_losses_in_one_process(straight_run, corpus, tmp_path):
     out, _ = straight_run
     args = tiny_args(corpus, tmp_path)
