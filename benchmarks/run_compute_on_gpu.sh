@@ -16,7 +16,13 @@
 # Every PHASE but finetune starts afresh: the earlier model, runs and results of the same MINUTES, COMPILE and NAME go.
 #
 #   MINUTES=1 SEEDS="0 1 2" [COMPILE=1] [DEADLINE=540] [SPECS="50:8 all:3"] [PHASE=both|pretrain|finetune] \
-#       [NAME=xlnet PRETRAIN_FLAGS="--max_span_length 5 ..."] bash benchmarks/run_compute_on_gpu.sh
+#       [NAME=xlnet PRETRAIN_FLAGS="--max_span_length 5 ..."] [FINETUNE_FLAGS="--max_seq_length 512"] \
+#       [PRETRAINED=folder] bash benchmarks/run_compute_on_gpu.sh
+#
+# PRETRAINED, a pretraining output folder made elsewhere (a CPU run's, carried with the call), is finetuned instead
+# of pretraining one here (PHASE=finetune is implied; NAME alone names the files).
+# FINETUNE_FLAGS are added to every finetuning run of both arms (split on whitespace; NAME is required with them too).
+# DEVICE=cpu runs the finetuning on the CPU instead (a check of this script on a machine without a GPU).
 #
 # PRETRAIN_FLAGS are added to the pretraining's command (another recipe than the defaults), split on whitespace (no
 # quoting: values without spaces); NAME, required with them, goes into every file name so that recipe's point never
@@ -39,13 +45,24 @@ compile=()
 [ "${COMPILE:-0}" = 1 ] && compile=(--torch_compile)
 SPECS=${SPECS:-50:8 all:3}  # labels per group:epochs
 read -r -a pretrain_flags <<< "${PRETRAIN_FLAGS:-}"
+FINETUNE_FLAGS=${FINETUNE_FLAGS:-}
+PRETRAINED=${PRETRAINED:-}
 NAME=${NAME:-}
-if [ ${#pretrain_flags[@]} -gt 0 ] && [ -z "$NAME" ]; then echo "PRETRAIN_FLAGS needs a NAME for its files" >&2; exit 2; fi
+for given in "${PRETRAIN_FLAGS:-}" "$FINETUNE_FLAGS" "$PRETRAINED"; do
+    if [ -n "$given" ] && [ -z "$NAME" ]; then
+        echo "PRETRAIN_FLAGS, FINETUNE_FLAGS and PRETRAINED need a NAME for their files" >&2; exit 2
+    fi
+done
+if [ -n "$PRETRAINED" ]; then
+    [ -f "$PRETRAINED/config.json" ] || { echo "PRETRAINED=$PRETRAINED holds no config.json" >&2; exit 2; }
+    PHASE=finetune
+fi
 case $NAME in *[!A-Za-z0-9_-]*) echo "NAME may hold letters, digits, - and _ only, got $NAME" >&2; exit 2;; esac
 tag=${MINUTES}min
 [ "${COMPILE:-0}" = 1 ] && tag=${tag}_compiled
 [ -n "$NAME" ] && tag=${tag}_$NAME
-pretrain=$WORK/pretrain_$tag
+[ -n "$PRETRAINED" ] && tag=$NAME  # no pretraining here: the name alone
+pretrain=${PRETRAINED:-$WORK/pretrain_$tag}
 keep=$WORK/out_$tag  # everything but the log, tarred into one file at the end
 runs=$WORK/runs/$tag  # one folder per tag: no tag's glob reaches another's (4min vs 4min_compiled_levers)
 # shellcheck disable=SC2115  # WORK has a default
@@ -66,9 +83,9 @@ source "$(dirname "$0")/gpu_env.sh"
     echo "finetuning: $left s left"
     finetune() {  # bench_newsgroups for the loop's (budget, epochs, arm) on the GPU: a time limit, then --seeds and --out
         local limit=$1; shift
-        timeout "$limit" python3 -m benchmarks.bench_newsgroups --device gpu --pretrained "$pretrain" \
+        timeout "$limit" python3 -m benchmarks.bench_newsgroups --pretrained "$pretrain" \
             --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 \
-            --finetune_flags "--num_train_epochs $epochs" --runs_dir "$runs/${budget}_${epochs}ep_$arm" "$@"
+            --finetune_flags "--num_train_epochs $epochs $FINETUNE_FLAGS" --device "${DEVICE:-gpu}" --runs_dir "$runs/${budget}_${epochs}ep_$arm" "$@"
     }
     pids=()
     export OMP_NUM_THREADS=1  # many processes share 16 cores; the CPU side is only data
