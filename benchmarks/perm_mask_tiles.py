@@ -21,11 +21,13 @@ from xlnet_lite.collator import DataCollatorForXLNetPretraining
 
 def blocked_tile_fraction(perm_mask: torch.Tensor, mem_len: int, tile: int) -> float:
     """Fraction of tile x tile blocks of the (B, T, mem_len + T) content-stream mask that perm_mask (B, T, T; 1 = may
-    not attend) blocks whole; the memory columns are always visible. T and mem_len + T must be multiples of tile."""
+    not attend) blocks whole; the memory columns are always visible and so is each position's own key (the content
+    stream opens perm_mask's diagonal). T and mem_len + T must be multiples of tile."""
     B, T, _ = perm_mask.shape
     if T % tile or (mem_len + T) % tile:
         raise ValueError(f"T={T} and mem_len+T={mem_len + T} must be multiples of the tile {tile}")
-    blocked = torch.cat([torch.zeros(B, T, mem_len, dtype=torch.bool), perm_mask.bool()], dim=2)
+    own = torch.eye(T, dtype=torch.bool)  # the content stream lets each position see itself
+    blocked = torch.cat([torch.zeros(B, T, mem_len, dtype=torch.bool), perm_mask.bool() & ~own], dim=2)
     tiles = blocked.unfold(1, tile, tile).unfold(2, tile, tile)  # (B, T/tile, K/tile, tile, tile)
     return tiles.flatten(-2).all(-1).float().mean().item()
 
@@ -50,7 +52,10 @@ def main(argv=None):
     cfg = dict(CONFIGS["base"], batch=args.batch)
     masks = {"pretraining collator": collator_perm_mask(cfg),
              "bench_gpu's random factorization masks": bench_model.make_batch(cfg)["perm_mask"]}
-    blocked_scores = lambda perm_mask: perm_mask.mean().item() * cfg["seq_len"] / (cfg["mem_len"] + cfg["seq_len"])
+    def blocked_scores(perm_mask):  # the content stream's: perm_mask off its diagonal, over memory + T keys
+        off_diagonal = perm_mask.bool() & ~torch.eye(cfg["seq_len"], dtype=torch.bool)
+        return off_diagonal.float().mean().item() * cfg["seq_len"] / (cfg["mem_len"] + cfg["seq_len"])
+
     rows = []
     for name, perm_mask in masks.items():
         for tile in args.tiles:

@@ -4,6 +4,9 @@ message that a finetuned XLNet-Lite classifies from, against the whole message.
     python -m benchmarks.probe_document_window --tokenizer outputs/pretrain [--labels_per_class 50|all]
         [--windows first whole ...] [--max_seq_length 128] [--mem_len 96] [--out FILE.json]
 
+It also reports how long the messages are in those tokens: each split's median and the share of its messages a
+first-N-token window holds whole (`message_lengths`; `--windows` given no window reports only that).
+
 Windows, in the model's tokens (the pretraining's tokenizer, <sep> <cls> included as the finetuning recipe adds
 them): `first` the first max_seq_length tokens (what `--long_document_mode truncate` reads); `last_segment` the
 last of the max_seq_length-token segments the message is cut into from its start (the segment whose <cls> `mems`
@@ -20,6 +23,7 @@ import json
 from pathlib import Path
 
 WINDOWS = ("first", "last_segment", "last_segment_and_memory", "whole")
+WHOLE_AT = (128, 256, 512, 1024)
 
 
 def window_ids(ids: list[int], window: str, *, max_seq_length: int, mem_len: int) -> list[int]:
@@ -44,6 +48,16 @@ def token_ids(splits, tokenizer):
             for name, split in splits.items()}
 
 
+def message_lengths(ids) -> dict:
+    """Per split (ids: token_ids of the splits): the messages, their median length in tokens and the share of them
+    that the first N tokens hold whole, for each N in WHOLE_AT."""
+    import statistics
+
+    return {name: dict(messages=len(x), median_tokens=statistics.median(len(i) for i in x),
+                       whole_within={n: sum(len(i) <= n for i in x) / len(x) for n in WHOLE_AT})
+            for name, x in ids.items()}
+
+
 def cut_splits(splits, ids, tokenizer, window: str, *, max_seq_length: int, mem_len: int):
     """Every split's text replaced by the decoded tokens of its window (ids: token_ids of the splits)."""
     from xlnet_lite.classification_data import Split, text_columns
@@ -66,7 +80,7 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizer", required=True, help="A pretraining output folder (its tokenizer).")
     parser.add_argument("--labels_per_class", default="50", help="A number, or 'all'.")
-    parser.add_argument("--windows", nargs="+", choices=WINDOWS, default=list(WINDOWS))
+    parser.add_argument("--windows", nargs="*", choices=WINDOWS, default=list(WINDOWS))
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--mem_len", type=int, default=96)
     parser.add_argument("--out")
@@ -78,6 +92,10 @@ def main(argv=None):
     if args.labels_per_class != "all":
         splits["train"] = first_per_class(splits["train"], int(args.labels_per_class))
     ids = token_ids(splits, tokenizer)
+    lengths = message_lengths(ids)
+    for name, row in lengths.items():
+        shares = ", ".join(f"{n} tokens {share:.1%}" for n, share in row["whole_within"].items())
+        print(f"{name}: {row['messages']} messages, median {row['median_tokens']} tokens; whole within {shares}")
     rows = {}
     for window in args.windows:
         cut = cut_splits(splits, ids, tokenizer, window, max_seq_length=args.max_seq_length, mem_len=args.mem_len)
@@ -86,7 +104,8 @@ def main(argv=None):
         print(f"{window:<26} validation {result['validation_accuracy']:.3f}  test {result['test_accuracy']:.3f}",
               flush=True)
     report = dict(task="newsgroups", labels_per_class=args.labels_per_class, train_examples=len(splits["train"].data),
-                  max_seq_length=args.max_seq_length, mem_len=args.mem_len, tokenizer=args.tokenizer, windows=rows)
+                  max_seq_length=args.max_seq_length, mem_len=args.mem_len, tokenizer=args.tokenizer, windows=rows,
+                  message_lengths=lengths)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

@@ -54,7 +54,9 @@ for given in "${PRETRAIN_FLAGS:-}" "$FINETUNE_FLAGS" "$PRETRAINED"; do
     fi
 done
 if [ -n "$PRETRAINED" ]; then
-    [ -f "$PRETRAINED/config.json" ] || { echo "PRETRAINED=$PRETRAINED holds no config.json" >&2; exit 2; }
+    for f in config.json results.json metrics.jsonl; do  # the model, and the pretraining's record the files keep
+        [ -f "$PRETRAINED/$f" ] || { echo "PRETRAINED=$PRETRAINED holds no $f (a pretraining output folder)" >&2; exit 2; }
+    done
     PHASE=finetune
 fi
 case $NAME in *[!A-Za-z0-9_-]*) echo "NAME may hold letters, digits, - and _ only, got $NAME" >&2; exit 2;; esac
@@ -85,7 +87,7 @@ source "$(dirname "$0")/gpu_env.sh"
         local limit=$1; shift
         timeout "$limit" python3 -m benchmarks.bench_newsgroups --pretrained "$pretrain" \
             --labels_per_class "$budget" --arms "$arm" --no_tfidf --lr_grid 3e-4 \
-            --finetune_flags "--num_train_epochs $epochs $FINETUNE_FLAGS" --device "${DEVICE:-gpu}" --runs_dir "$runs/${budget}_${epochs}ep_$arm" "$@"
+            --finetune_flags "--num_train_epochs $epochs${FINETUNE_FLAGS:+ $FINETUNE_FLAGS}" --device "${DEVICE:-gpu}" --runs_dir "$runs/${budget}_${epochs}ep_$arm" "$@"
     }
     pids=()
     export OMP_NUM_THREADS=1  # many processes share 16 cores; the CPU side is only data

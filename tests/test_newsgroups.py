@@ -403,6 +403,16 @@ def test_the_document_window_probe_finds_the_class_where_it_is(fake_wheel, tmp_p
     assert json.loads((tmp_path / "windows.json").read_text())["train_examples"] == 120
 
 
+def test_message_lengths_count_whole_messages_within_each_window():
+    from benchmarks.probe_document_window import message_lengths
+
+    ids = {"train": [[1] * 100, [1] * 200, [1] * 600, [1] * 2000], "test": [[1] * 128, [1] * 129]}
+    lengths = message_lengths(ids)
+    assert lengths["train"] == dict(messages=4, median_tokens=400,
+                                    whole_within={128: 0.25, 256: 0.5, 512: 0.5, 1024: 0.75})
+    assert lengths["test"]["whole_within"][128] == 0.5 and lengths["test"]["median_tokens"] == 128.5
+
+
 def test_model_surgery_changes_only_its_part(pretrained, tmp_path):
     """benchmarks.model_surgery: --redraw_layers draws those layers afresh and keeps every other tensor;
     --all_but_the_top leaves embeddings with no common mean; a wrong layer or both operations are refused."""
@@ -492,3 +502,47 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     bad = subprocess.run([sys.executable, "-m", "benchmarks.levers", "x=/no/such.json"], capture_output=True, text=True,
                          cwd=repo)
     assert bad.returncode == 2 and "no result file /no/such.json (for 'x')" in bad.stderr
+
+
+def run_compute_script(tmp_path, **env):
+    """benchmarks/run_compute_on_gpu.sh with a `python3` on PATH that only records its arguments (no GPU, no run)."""
+    repo = Path(__file__).resolve().parents[1]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python3"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(mktemp -p "$CALLS")"\n')
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.mkdir(exist_ok=True)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "OUT": str(tmp_path / "out"),
+           "WORK": str(tmp_path / "work"), "SEEDS": "0", "SPECS": "all:3", **env}
+    done = subprocess.run(["bash", str(repo / "benchmarks" / "run_compute_on_gpu.sh")], capture_output=True, text=True,
+                          cwd=tmp_path, env=env)
+    return done, [f.read_text().splitlines() for f in calls.iterdir()]
+
+
+@pytest.mark.parametrize("flags, expected", [("", "--num_train_epochs 3"),
+                                             ("--max_seq_length 512", "--num_train_epochs 3 --max_seq_length 512")])
+def test_gpu_compute_script_finetunes_a_given_model_with_the_flags_as_given(tmp_path, flags, expected):
+    """PRETRAINED skips the pretraining; every finetuning run gets exactly `--num_train_epochs E` plus FINETUNE_FLAGS
+    (the string the benchmark's files are joined on: no stray space), and the given folder is never removed."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "results.json", "metrics.jsonl"):
+        (model / name).write_text("{}")
+    done, calls = run_compute_script(tmp_path, PRETRAINED=str(model), NAME="given", FINETUNE_FLAGS=flags)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(calls) == 2 and all(c[:2] == ["-m", "benchmarks.bench_newsgroups"] for c in calls)  # one per arm
+    assert {c[c.index("--pretrained") + 1] for c in calls} == {str(model)}
+    assert {c[c.index("--finetune_flags") + 1] for c in calls} == {expected}
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "metrics.jsonl", "results.json"]
+
+
+@pytest.mark.parametrize("env, message", [(dict(PRETRAINED="model"), "need a NAME"),
+                                          (dict(FINETUNE_FLAGS="--max_seq_length 512"), "need a NAME"),
+                                          (dict(PRETRAINED="nowhere", NAME="x"), "holds no config.json"),
+                                          (dict(PHASE="all"), "PHASE must be")])
+def test_gpu_compute_script_refuses_bad_settings_in_one_line(tmp_path, env, message):
+    done, calls = run_compute_script(tmp_path, **env)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert calls == []
