@@ -252,3 +252,5 @@ def test_perm_mask_tiles_blocked_whole_are_the_reuse_quadrant_alone(seed):
     assert blocked_tile_fraction(bench_model.make_batch(cfg, seed=seed)["perm_mask"], cfg["mem_len"], 8) == 0.0
     with pytest.raises(ValueError, match="multiples of the tile"):
         blocked_tile_fraction(perm_mask, 10, 8)
+    # each position sees its own key in the content stream: a mask blocking everything leaves the diagonal tiles open
+    assert blocked_tile_fraction(torch.ones(1, 8, 8), 0, 4) == 0.5

@@ -541,8 +541,11 @@ def test_gpu_compute_script_finetunes_a_given_model_with_the_flags_as_given(tmp_
 @pytest.mark.parametrize("env, message", [(dict(PRETRAINED="model"), "need a NAME"),
                                           (dict(FINETUNE_FLAGS="--max_seq_length 512"), "need a NAME"),
                                           (dict(PRETRAINED="nowhere", NAME="x"), "holds no config.json"),
+                                          (dict(PRETRAINED="only_config", NAME="x"), "holds no results.json"),
                                           (dict(PHASE="all"), "PHASE must be")])
 def test_gpu_compute_script_refuses_bad_settings_in_one_line(tmp_path, env, message):
+    (tmp_path / "only_config").mkdir()
+    (tmp_path / "only_config" / "config.json").write_text("{}")
     done, calls = run_compute_script(tmp_path, **env)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert calls == []
