@@ -13,21 +13,28 @@ import json
 import sys
 
 import torch
+import torch.nn.functional as F
 
 from benchmarks import bench_model
 from benchmarks.bench_gpu import CONFIGS
 from xlnet_lite.collator import DataCollatorForXLNetPretraining
+from xlnet_lite.modeling_xlnet_lite import content_stream_mask
+
+
+def content_stream_blocked(perm_mask: torch.Tensor, mem_len: int) -> torch.Tensor:
+    """(B, T, mem_len + T) bool: the keys each content-stream query may not see, as the model builds them from
+    perm_mask (B, T, T; 1 = may not attend): the memory always visible, each position's own key re-opened."""
+    T = perm_mask.shape[1]
+    return content_stream_mask(F.pad(perm_mask.bool(), (mem_len, 0), value=False), qlen=T, mlen=mem_len)
 
 
 def blocked_tile_fraction(perm_mask: torch.Tensor, mem_len: int, tile: int) -> float:
-    """Fraction of tile x tile blocks of the (B, T, mem_len + T) content-stream mask that perm_mask (B, T, T; 1 = may
-    not attend) blocks whole; the memory columns are always visible and so is each position's own key (the content
-    stream opens perm_mask's diagonal). T and mem_len + T must be multiples of tile."""
-    B, T, _ = perm_mask.shape
+    """Fraction of tile x tile blocks of the content stream's (B, T, mem_len + T) mask (content_stream_blocked) that
+    are blocked whole. T and mem_len + T must be multiples of tile."""
+    T = perm_mask.shape[1]
     if T % tile or (mem_len + T) % tile:
         raise ValueError(f"T={T} and mem_len+T={mem_len + T} must be multiples of the tile {tile}")
-    own = torch.eye(T, dtype=torch.bool)  # the content stream lets each position see itself
-    blocked = torch.cat([torch.zeros(B, T, mem_len, dtype=torch.bool), perm_mask.bool() & ~own], dim=2)
+    blocked = content_stream_blocked(perm_mask, mem_len)
     tiles = blocked.unfold(1, tile, tile).unfold(2, tile, tile)  # (B, T/tile, K/tile, tile, tile)
     return tiles.flatten(-2).all(-1).float().mean().item()
 
@@ -52,14 +59,11 @@ def main(argv=None):
     cfg = dict(CONFIGS["base"], batch=args.batch)
     masks = {"pretraining collator": collator_perm_mask(cfg),
              "bench_gpu's random factorization masks": bench_model.make_batch(cfg)["perm_mask"]}
-    def blocked_scores(perm_mask):  # the content stream's: perm_mask off its diagonal, over memory + T keys
-        off_diagonal = perm_mask.bool() & ~torch.eye(cfg["seq_len"], dtype=torch.bool)
-        return off_diagonal.float().mean().item() * cfg["seq_len"] / (cfg["mem_len"] + cfg["seq_len"])
-
     rows = []
     for name, perm_mask in masks.items():
+        blocked_scores = content_stream_blocked(perm_mask, cfg["mem_len"]).float().mean().item()
         for tile in args.tiles:
-            rows.append(dict(masks=name, tile=tile, blocked_scores=blocked_scores(perm_mask),
+            rows.append(dict(masks=name, tile=tile, blocked_scores=blocked_scores,
                              blocked_tiles=blocked_tile_fraction(perm_mask, cfg["mem_len"], tile)))
             print(f"{name}, {tile}x{tile} tiles: {rows[-1]['blocked_tiles']:.1%} blocked whole "
                   f"({rows[-1]['blocked_scores']:.1%} of the scores blocked)")
@@ -68,6 +72,7 @@ def main(argv=None):
         shapes = {k: cfg[k] for k in ("batch", "seq_len", "mem_len", "reuse_len", "num_predict")}
         with open(args.out, "w") as f:
             json.dump(dict(command=command, shapes=shapes, rows=rows), f, indent=1)
+
 
 if __name__ == "__main__":
     main()
