@@ -440,8 +440,9 @@ class XLNetLiteRelativeAttention(nn.Module):
         every key of a row, so softmax drops it. Under torch.compile (seg_classes 0: counting the segment ids would
         read the data) the same term is added to the positional scores as a (B, N, Q, K) bias instead. Returns
         (B, Q, N*D) and the probabilities (explicit path only). A query that may see no key attends to nothing.
-        kernel: "eager" (explicit), "sdpa" or "flex_attention" (flex_attend: the positional term added inside the
-        kernel; the segment term and the masks read there, never written as (B, N, Q, K) tensors).
+        kernel: "eager" (explicit), "sdpa", "flex_attention" (flex_attend: the positional term added inside the
+        kernel; the segment term and the masks read there, never written as (B, N, Q, K) tensors) or
+        TRITON_ATTENTION (triton_attend: the content stream's positional term computed inside fused kernels too).
         """
         k, v, kr = keys
         u, v_bias, b = biases
@@ -449,6 +450,9 @@ class XLNetLiteRelativeAttention(nn.Module):
         if kernel == "flex_attention":
             return flex_attend(self, q, keys, biases=biases, seg_q=seg_q, seg_keys=seg_keys, blocked=blocked,
                                query_pos=query_pos, qlen=qlen), None
+        if kernel == TRITON_ATTENTION:
+            return triton_attend(self, q, keys, biases=biases, seg_q=seg_q, seg_keys=seg_keys, blocked=blocked,
+                                 query_pos=query_pos, qlen=qlen), None
         # the biases in q's dtype: under autocast q is bf16 and an fp32 bias would promote the sums to fp32
         pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * self.scale, kr, qlen=qlen, klen=k.shape[2],
                               query_pos=query_pos)  # (B, N, Q, K)
@@ -594,10 +598,8 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
         return q.new_zeros(B, 0, N * v.shape[-1])
     pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * attn.scale, kr, qlen=qlen, klen=k.shape[2],
                           query_pos=query_pos)  # (B, N, Q, K)
-    gain = None
+    gain = None if seg_q is None else segment_gain(attn, q, b).contiguous()  # (B, N, Q)
     if seg_q is not None:
-        seg = (q + b.to(q.dtype)[:, None]) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
-        gain = ((seg[..., 0] - seg[..., 1]) * attn.scale).contiguous()  # (B, N, Q)
         seg_q, seg_keys = seg_q.contiguous(), seg_keys.contiguous()  # (B, Q), (B, K)
     blocked = None if blocked is None else blocked[:, 0].expand(B, -1, -1)  # (B, Q, K)
 
@@ -612,6 +614,42 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     q_aug = q + u.to(q.dtype)[:, None]
     out = flex_attention_kernel(q.device)(q_aug, k, v, score_mod=score_mod, scale=attn.scale)  # (B, N, Q, D)
     return out.transpose(1, 2).flatten(2)
+
+
+def segment_gain(attn, q, b):
+    """(q + b)(s_same - s_diff) / sqrt(D): what a key in the query's own segment adds to its score, for the kernels
+    that add the segment term inside (flex_attention, Triton). q (B, N, Q, D) -> (B, N, Q)."""
+    seg = (q + b.to(q.dtype)[:, None]) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
+    return (seg[..., 0] - seg[..., 1]) * attn.scale
+
+
+TRITON_ATTENTION = "xlnet_lite_triton"
+
+
+def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen):
+    """The attention core through xlnet_lite.triton_attention's fused kernels (CUDA; on a CPU only in Triton's
+    interpreter). The content stream's positional term is computed inside them from the positional keys, a band per
+    tile; the query stream's (its P rows at any positions) goes in as positional_term's (B, N, P, K) scores. The
+    segment term and the masks are read inside; no (B, N, T, K) score, probability or mask tensor is written, forward
+    or backward. No dropout on the probabilities: training with dropout raises. q (B, N, Q, D) -> (B, Q, N*D)."""
+    if attn.training and attn.dropout.p > 0:
+        raise ValueError(f"attn_implementation='{TRITON_ATTENTION}' has no attention dropout: train with dropout 0 "
+                         f"(the pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'")
+    from .triton_attention import relative_attention
+
+    k, v, kr = keys
+    u, v_bias, b = biases
+    qr = (q + v_bias.to(q.dtype)[:, None]) * attn.scale
+    if query_pos is None:  # the content stream: query i at position i, the banded form
+        positional = dict(qr=qr, kr=kr)
+    else:
+        positional = dict(pos=positional_term(qr, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos))
+    out = relative_attention(
+        (q + u.to(q.dtype)[:, None]) * attn.scale, k, v, **positional, qlen=qlen,
+        gain=None if seg_q is None else segment_gain(attn, q, b), seg_q=seg_q, seg_k=seg_keys,
+        blocked=None if blocked is None else blocked[:, 0],
+    )  # (B, Q, N, D)
+    return out.flatten(2)
 
 
 class XLNetLiteFeedForward(nn.Module):
@@ -939,9 +977,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
-            # flex_attention adds the segment term inside its kernel: no one-hot dims on the keys
+            # flex_attention and the Triton kernels add the segment term inside: no one-hot dims on the keys
             seg_classes=(segment_dims(seg_keys, cfg.d_head) if seg_keys is not None and shortcuts
-                         and cfg._attn_implementation != "flex_attention" else 0),
+                         and cfg._attn_implementation not in ("flex_attention", TRITON_ATTENTION) else 0),
             query_pos=query_pos,
             query_valid=query_valid,
         )
@@ -1062,7 +1100,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         is skipped (unless its hidden states or attentions are asked for); last_rows (a slice) keeps only those
         positions of the last layer's content stream."""
         kernel = self.config._attn_implementation
-        if output_attentions or kernel not in ("sdpa", "flex_attention"):
+        if output_attentions or kernel not in ("sdpa", "flex_attention", TRITON_ATTENTION):
             kernel = "eager"  # only the explicit kernel returns the probabilities
         skip_last_content = g is not None and not (output_attentions or output_hidden_states)
         new_mems, hidden_states, attentions = [], [], []

@@ -1,0 +1,141 @@
+"""The fused Triton attention (attn_implementation="xlnet_lite_triton"), run on the CPU in Triton's interpreter:
+the kernels against a plain PyTorch reference, forward and every gradient, and the model on them against
+transformers' XLNet (forward) and against its own explicit kernel (a training step's gradients). On a GPU the same
+kernels are compiled; tests/test_gpu.py runs them there."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # the interpreter must be chosen before the kernels are defined
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton")
+
+from model_helpers import TINY, randomise, run_both, segments_and_left_padding, twins  # noqa: E402
+
+import xlnet_lite  # noqa: E402
+from xlnet_lite.collator import random_factorization_masks as xlnet_masks  # noqa: E402
+from xlnet_lite.modeling_xlnet_lite import TRITON_ATTENTION, rel_shift  # noqa: E402
+from xlnet_lite.triton_attention import relative_attention  # noqa: E402
+
+B, T, P = 3, 21, 5  # T not a multiple of the interpreter's 16-row tiles
+
+
+def reference(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
+    """The same attention written plainly: every score materialised, rel_shift for the banded term."""
+    score = qw @ k.transpose(-1, -2)  # (B, N, Q, K)
+    score = score + (rel_shift(qr @ kr, qlen=qlen, klen=k.shape[2]) if kr is not None else pos)
+    if gain is not None:
+        score = score + gain[..., None] * (seg_q[:, None, :, None] == seg_k[:, None, None, :])
+    if blocked is not None:
+        score = score.masked_fill(blocked[:, None], float("-inf"))
+    prob = torch.nan_to_num(score.softmax(-1), nan=0.0)  # a row with every key blocked attends to nothing
+    return (prob @ v).transpose(1, 2)  # (B, Q, N, D)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("banded", [True, False])
+def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
+    """Scores with every term (content, positional banded or dense, segments, perm-style masks with a row that sees
+    nothing), 2 heads of size 12 (padded to 16 inside), queries and keys not multiples of the tile, a memory of 6;
+    positional keys shared by the batch or one per row (bi_data): output and the gradient of every input."""
+    gen = torch.Generator().manual_seed(seed)
+    N, Q, M, D = 2, 19, 6, 12
+    K, R = Q + M, 2 * Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    qw, qr, k, v = rand(B, N, Q, D), rand(B, N, Q, D), rand(B, N, K, D), rand(B, N, K, D)
+    kr = rand(B if seed == 2 else 1, N, D, R) if banded else None
+    pos = None if banded else rand(B, N, Q, K)
+    gain, seg_q, seg_k = rand(B, N, Q), torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
+    blocked = torch.rand(B, Q, K, generator=gen) < 0.5
+    blocked[1, 4] = True  # a query that may see no key
+    out = relative_attention(qw, k, v, qr=qr if banded else None, kr=kr, pos=pos, gain=gain, seg_q=seg_q, seg_k=seg_k,
+                             blocked=blocked, qlen=Q)
+    expected = reference(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, Q)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert out[1, 4].abs().max() == 0
+    inputs = [t for t in (qw, qr if banded else None, k, v, kr, pos, gain) if t is not None]
+    grad_out = torch.randn(out.shape, generator=gen)
+    got = torch.autograd.grad((out * grad_out).sum(), inputs)
+    want = torch.autograd.grad((expected * grad_out).sum(), inputs)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_model_on_the_kernels_equals_transformers():
+    """Two streams with perm_mask, target_mapping, segments, left padding and a memory: transformers' logits."""
+    hf, lite = twins(mem_len=7)
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=1)
+    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(2)),
+                  perm_mask=perm_mask, target_mapping=target_mapping, **segments_and_left_padding((B, T)))
+    a, b = run_both(hf, lite, TRITON_ATTENTION, **inputs)
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():  # the next segment reads the memory
+        a2 = hf(inputs["input_ids"].flip(1), mems=a.mems)
+        b2 = lite(inputs["input_ids"].flip(1), mems=b.mems)
+    torch.testing.assert_close(a2.logits, b2.logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_training_step_has_the_explicit_kernels_gradients():
+    """The pretraining loss through the fused kernels, and every parameter's gradient, equal the explicit
+    kernel's (dropout 0, fp32, memory carried in, segments)."""
+    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6})
+    model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=3).train()
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=4)
+    gen = torch.Generator().manual_seed(5)
+    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=gen), perm_mask=perm_mask,
+                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, P), generator=gen),
+                  mems=[torch.randn(B, 6, 32, generator=gen) for _ in range(2)],
+                  **segments_and_left_padding((B, T)))
+    results = {}
+    for kernel in ("eager", TRITON_ATTENTION):
+        model.config._attn_implementation = kernel
+        model.zero_grad()
+        loss = model(**inputs).loss
+        loss.backward()
+        results[kernel] = loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    (loss_e, grads_e), (loss_t, grads_t) = results["eager"], results[TRITON_ATTENTION]
+    torch.testing.assert_close(loss_t, loss_e, atol=1e-5, rtol=1e-5)
+    assert grads_t.keys() == grads_e.keys() and len(grads_e) > 10
+    for name in grads_e:
+        torch.testing.assert_close(grads_t[name], grads_e[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_classifier_and_generate_on_the_kernels():
+    """The classifier (its last layer's content stream at <cls> only: the dense form) and generate() with its
+    key/value cache (predict_next's fused streams) give transformers' logits and tokens."""
+    hf, lite = twins("XLNetForSequenceClassification", num_labels=3)
+    ids = torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(6))
+    a, b = run_both(hf, lite, TRITON_ATTENTION, input_ids=ids, **segments_and_left_padding((B, T)))
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
+    hf, lite = twins()
+    lite.config._attn_implementation = TRITON_ATTENTION
+    prompt = ids[:1, :6]
+    want = hf.generate(prompt, max_new_tokens=4, do_sample=False)
+    got = lite.generate(prompt, max_new_tokens=4, do_sample=False)
+    assert torch.equal(got, want)
+
+
+def test_refuses_dropout_and_other_models_and_a_cpu_without_the_interpreter(monkeypatch):
+    """Training with dropout says the kernels have none; another model cannot take the name; a CPU tensor outside
+    the interpreter is refused in one line instead of failing inside Triton."""
+    _, lite = twins(dropout=0.1)
+    lite.config._attn_implementation = TRITON_ATTENTION
+    with pytest.raises(ValueError, match="no attention dropout.*dropout 0.*'sdpa'"):
+        lite.train()(input_ids=torch.zeros(1, 4, dtype=torch.long))
+    import transformers
+
+    with pytest.raises(ValueError, match="XLNet-Lite's own"):
+        config = transformers.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=16, vocab_size=20)
+        bert = transformers.AutoModel.from_config(config, attn_implementation=TRITON_ATTENTION)
+        bert(torch.zeros(1, 4, dtype=torch.long))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.zeros(1, 1, 4, 16)
+    if not x.is_cuda:
+        with pytest.raises(ValueError, match="needs a CUDA device.*TRITON_INTERPRET=1"):
+            relative_attention(x, x, x, pos=torch.zeros(1, 1, 4, 4), qlen=4)

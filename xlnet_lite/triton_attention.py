@@ -1,0 +1,359 @@
+"""XLNet's relative attention as fused Triton kernels, forward and backward (attn_implementation="xlnet_lite_triton").
+
+For one batch row b and head n, with the queries already biased and scaled, qw = (q + u) / sqrt(D) and
+qr = (q + v) / sqrt(D):
+
+    score[i, j] = qw_i . k_j  +  qr_i . kr[:, r(i, j)]  +  gain_i [seg_i == seg_j]      (-inf where j is blocked)
+    out_i       = softmax_j(score[i, :]) @ v                                           (0 if every key is blocked)
+
+as in flash attention: the scores live one (BLOCK_M, BLOCK_N) tile at a time and only out and the log-sum-exp of
+each row are written; the backward recomputes the tiles. The positional term r(i, j) = qlen - pos_i + j (rel_shift's
+index) comes in one of two forms:
+
+- banded (the content stream, pos_i = i): a tile's distances run over one band of BLOCK_M + BLOCK_N positions, so the
+  kernel multiplies qr by that band of positional keys (one (BLOCK_M, BLOCK_M + BLOCK_N) product) and reads each
+  score at its shifted index (tl.gather); the backward gathers the score gradient back into the band's layout for
+  dqr and adds the band's dkr with atomic adds. No (Q, K) or (Q, R) tensor is written, forward or backward.
+- dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
+  (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
+
+Inputs are projected and biased by the caller (autograd takes the biases' gradients), so the kernels see plain
+tensors. On a CPU the kernels run only in Triton's interpreter (TRITON_INTERPRET=1 before the first use: slow, for
+checking them). No dropout on the probabilities.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:  # an import a saved model's remote code does not require (transformers skips imports inside try)
+    import triton
+    import triton.language as tl
+except ImportError as error:
+    raise ImportError("attn_implementation='xlnet_lite_triton' needs Triton (it comes with torch's CUDA builds; on a "
+                      "CPU `pip install triton` runs the kernels in its interpreter)") from error
+
+# ----------------------------------------------------------------------------------------------------------
+# Kernels
+
+
+@triton.jit
+def _tile_scores(qw, qr, kt, krt, pos_ptrs, pos_mask, gain, seg_q, segk_ptrs, blk_ptrs, offs_m, offs_n, Q, K,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BAND: tl.constexpr, HAS_SEG: tl.constexpr,
+                 HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+    """Scores of one (BLOCK_M, BLOCK_N) tile in fp32, -inf where the key is blocked or past the keys. kt
+    (BLOCK_D, BLOCK_N): the keys, transposed; krt (BLOCK_D, BLOCK_M + BLOCK_N): the tile's band of positional keys."""
+    s = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N)
+    if BAND:
+        band = tl.dot(qr, krt, input_precision=PREC)  # (BLOCK_M, BLOCK_M + BLOCK_N): row a, distance band c
+        shift = tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + (BLOCK_M - 1)  # c of (a, b)
+        s += tl.gather(band, shift, 1)
+    else:
+        s += tl.load(pos_ptrs, mask=pos_mask, other=0.0).to(tl.float32)
+    if HAS_SEG:
+        seg_k = tl.load(segk_ptrs, mask=offs_n < K, other=-1)
+        s += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
+    visible = (offs_n < K)[None, :] & (offs_m < Q)[:, None]
+    if HAS_MASK:
+        visible &= tl.load(blk_ptrs, mask=visible, other=1) == 0
+    return tl.where(visible, s, float("-inf"))
+
+
+@triton.jit
+def _band_keys(kr_base, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The positional keys a tile at rows m0.., keys n0.. reads: distances qlen - (m0 + BLOCK_M - 1) + n0 + c for c
+    in [0, BLOCK_M + BLOCK_N), transposed (BLOCK_D, BLOCK_M + BLOCK_N); and those distances."""
+    offs_r = qlen - (m0 + BLOCK_M - 1) + n0 + tl.arange(0, BLOCK_M + BLOCK_N)
+    ok = (offs_d[:, None] < D) & (offs_r[None, :] >= 0) & (offs_r[None, :] < R)
+    return tl.load(kr_base + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r, mask=ok, other=0.0), offs_r
+
+
+@triton.jit
+def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, OUT, LSE,
+              sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
+              sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
+              N, Q, K, R, D, qlen,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
+              HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+    pid_m, bn = tl.program_id(0), tl.program_id(1)
+    b, n = bn // N, bn % N
+    m0 = pid_m * BLOCK_M
+    offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
+    q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
+    q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
+    qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
+    qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
+    gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
+    seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for n0 in range(0, K, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
+        kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        krt = kt
+        if BAND:
+            krt, _ = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
+        tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
+        s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile,
+                         (offs_m[:, None] < Q) & (offs_n[None, :] < K), gain, seg_q, SEGK + b * ssk_b + offs_n,
+                         BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
+                         BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf - 0) = 0
+        p = tl.exp(s - m_use[:, None])
+        alpha = tl.exp(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=tl.trans(kv_ok),
+                    other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    has_key = l_i > 0
+    out = acc / tl.where(has_key, l_i, 1.0)[:, None]
+    tl.store(OUT + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], out.to(OUT.dtype.element_ty),
+             mask=q_ok)
+    tl.store(LSE + bn * Q + offs_m, tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf")), mask=offs_m < Q)
+
+
+@triton.jit
+def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DK, DV,
+                   sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
+                   sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
+                   N, Q, K, R, D, qlen,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
+                   HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+    """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous."""
+    pid_n, bn = tl.program_id(0), tl.program_id(1)
+    b, n = bn // N, bn % N
+    n0 = pid_n * BLOCK_N
+    offs_n, offs_d = n0 + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
+    kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
+    kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
+    vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    for m0 in range(0, Q, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
+        q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
+        qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
+        qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
+        do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
+        gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
+        seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
+        lse = tl.load(LSE + bn * Q + offs_m, mask=offs_m < Q, other=float("inf"))
+        delta = tl.load(DELTA + bn * Q + offs_m, mask=offs_m < Q, other=0.0)
+        krt = kt
+        if BAND:
+            krt, _ = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
+        tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
+        s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile,
+                         (offs_m[:, None] < Q) & (offs_n[None, :] < K), gain, seg_q, SEGK + b * ssk_b + offs_n,
+                         BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
+                         BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
+        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
+        ds = p * (tl.dot(do, vt, input_precision=PREC) - delta[:, None])
+        dk += tl.dot(tl.trans(ds).to(qw.dtype), qw, input_precision=PREC)
+    kv_off = (bn * K + offs_n[:, None]) * D + offs_d[None, :]
+    kv_store = (offs_n[:, None] < K) & (offs_d[None, :] < D)
+    tl.store(DK + kv_off, dk.to(DK.dtype.element_ty), mask=kv_store)
+    tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_store)
+
+
+@triton.jit
+def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DQW, DQR, DKR, DPOS, DGAIN,
+                 sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
+                 sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
+                 N, Q, K, R, D, qlen, kr_per_row,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
+                 HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+    """dqw, dqr, dgain of one block of queries over every block of keys, and the positional gradient: the band's
+    dkr added atomically into DKR (B or 1, N, R, D) fp32 (BAND), or the (B, N, Q, K) scores' gradient DPOS."""
+    pid_m, bn = tl.program_id(0), tl.program_id(1)
+    b, n = bn // N, bn % N
+    m0 = pid_m * BLOCK_M
+    offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
+    q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
+    q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
+    qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
+    qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
+    do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
+    gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
+    seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
+    lse = tl.load(LSE + bn * Q + offs_m, mask=offs_m < Q, other=float("inf"))
+    delta = tl.load(DELTA + bn * Q + offs_m, mask=offs_m < Q, other=0.0)
+    dqw = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dqr = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dgain = tl.zeros([BLOCK_M], tl.float32)
+    # band column c of row a holds key b = c + a - (BLOCK_M - 1) of the tile
+    key_of = tl.arange(0, BLOCK_M + BLOCK_N)[None, :] + tl.arange(0, BLOCK_M)[:, None] - (BLOCK_M - 1)
+    in_tile = (key_of >= 0) & (key_of < BLOCK_N)
+    key_of = tl.minimum(tl.maximum(key_of, 0), BLOCK_N - 1)
+    for n0 in range(0, K, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
+        kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        krt = kt
+        offs_r = tl.arange(0, BLOCK_M + BLOCK_N)
+        if BAND:
+            krt, offs_r = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M,
+                                     BLOCK_N)
+        tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
+        tile_ok = (offs_m[:, None] < Q) & (offs_n[None, :] < K)
+        s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile, tile_ok, gain, seg_q,
+                         SEGK + b * ssk_b + offs_n,
+                         BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
+                         BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        p = tl.exp(s - lse[:, None])
+        ds = p * (tl.dot(do, vt, input_precision=PREC) - delta[:, None])  # (BLOCK_M, BLOCK_N)
+        dqw += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=PREC)
+        if BAND:
+            dband = tl.where(in_tile, tl.gather(ds, key_of, 1), 0.0)  # (BLOCK_M, BLOCK_M + BLOCK_N)
+            dqr += tl.dot(dband.to(krt.dtype), tl.trans(krt), input_precision=PREC)
+            dkr = tl.dot(tl.trans(dband).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK_M + BLOCK_N, BLOCK_D)
+            row = (b * kr_per_row * N + n) * R + offs_r
+            tl.atomic_add(DKR + row[:, None] * D + offs_d[None, :], dkr,
+                          mask=(offs_r[:, None] >= 0) & (offs_r[:, None] < R) & (offs_d[None, :] < D))
+        else:
+            tl.store(DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :], ds.to(DPOS.dtype.element_ty),
+                     mask=tile_ok)
+        if HAS_SEG:
+            seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1)
+            dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
+    tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
+    tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
+    if HAS_SEG:
+        tl.store(DGAIN + bn * Q + offs_m, dgain, mask=offs_m < Q)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The autograd function
+
+
+def _blocks(device, d):
+    """(BLOCK_M = BLOCK_N, BLOCK_D): 64-row tiles on a GPU, 16 in the interpreter (numpy: small tiles run faster);
+    the head size padded to a power of two of at least 16 (tl.dot's smallest)."""
+    block = 64 if device.type == "cuda" else 16
+    return block, max(16, triton.next_power_of_2(d))
+
+
+class _RelativeAttention(torch.autograd.Function):
+    """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
+    (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) or all three
+    None; blocked (B, Q, K) bool or None. Returns (B, Q, N, D)."""
+
+    @staticmethod
+    def forward(ctx, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
+        B, N, Q, D = qw.shape
+        K = k.shape[2]
+        out = torch.empty(B, Q, N, D, dtype=qw.dtype, device=qw.device)  # (B, Q, N, D): the caller's layout
+        lse = torch.empty(B, N, Q, dtype=torch.float32, device=qw.device)
+        args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
+        block, block_d = _blocks(qw.device, D)
+        _attn_fwd[(triton.cdiv(Q, block), B * N)](
+            *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, K, args.R, D, qlen,
+            BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
+        ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse)
+        ctx.qlen = qlen
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse = ctx.saved_tensors
+        B, N, Q, D = qw.shape
+        K = k.shape[2]
+        dout = dout.contiguous()
+        delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
+        args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
+        block, block_d = _blocks(qw.device, D)
+        common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
+        dk = torch.empty(B, N, K, D, dtype=k.dtype, device=k.device)
+        dv = torch.empty(B, N, K, D, dtype=v.dtype, device=v.device)
+        _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
+            *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D,
+            ctx.qlen, **common)
+        dqw, dqr = torch.empty_like(qw), torch.empty_like(qr)
+        dgain = torch.empty(B, N, Q, dtype=torch.float32, device=qw.device) if gain is not None else lse
+        dkr = dpos = lse  # placeholders for the form not taken
+        if kr is not None:
+            dkr = torch.zeros(kr.shape[0], N, args.R, D, dtype=torch.float32, device=qw.device)  # (B or 1, N, R, D)
+        else:
+            dpos = torch.empty(B, N, Q, K, dtype=pos.dtype, device=pos.device)
+        _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
+            *args.pointers, dout, lse, delta, dqw, dqr, dkr, dpos, dgain, *args.strides, *_out_strides(dout), N, Q,
+            K, args.R, D, ctx.qlen, int(kr is not None and kr.shape[0] > 1), **common)
+        grad_kr = dkr.transpose(2, 3).to(kr.dtype) if kr is not None else None  # (B or 1, N, D, R)
+        grad_pos = dpos if kr is None else None
+        grad_gain = dgain if gain is not None else None
+        return dqw, dqr if kr is not None else None, dk, dv, grad_kr, grad_pos, grad_gain, None, None, None, None
+
+
+class _Operands:
+    """The pointers, strides and compile-time flags every kernel takes, absent operands replaced by a placeholder
+    pointer with zero strides (never read: their flag is off)."""
+
+    def __init__(self, pointers, strides, R, flags):
+        self.pointers, self.strides, self.R, self.flags = pointers, strides, R, flags
+
+
+def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked):
+    band = kr is not None
+    stub = qw
+    kr_ = kr if band else stub.new_zeros(1, 1, 1, 1)
+    pos_ = pos if not band else stub.new_zeros(1, 1, 1, 1)
+    R = kr.shape[-1] if band else 1
+    has_seg = gain is not None
+    blk = blocked.view(torch.uint8) if blocked is not None else torch.zeros(1, 1, 1, dtype=torch.uint8,
+                                                                              device=qw.device)
+    pointers = (qw, qr, k, v, kr_, pos_, gain if has_seg else stub, seg_q if has_seg else stub,
+                seg_k if has_seg else stub, blk)
+    strides = (*qw.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+               0 if kr_.shape[0] == 1 else kr_.stride(0), *kr_.stride()[1:],
+               *pos_.stride(),
+               seg_q.stride(0) if has_seg else 0, seg_k.stride(0) if has_seg else 0,
+               0 if blk.shape[0] == 1 else blk.stride(0), *blk.stride()[1:])
+    prec = "ieee" if qw.dtype == torch.float32 else "tf32"
+    flags = dict(BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, PREC=prec)
+    return _Operands(pointers, strides, R, flags)
+
+
+def _out_strides(out):
+    """(b, n, m) strides of a (B, Q, N, D) tensor."""
+    return out.stride(0), out.stride(2), out.stride(1)
+
+
+@torch.compiler.disable  # Triton kernels run between compiled graphs
+def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q=None, seg_k=None, blocked=None,
+                       qlen):
+    """softmax(qw k^T + positional term + segment term, blocked keys -inf) v, fused: see the module docstring.
+
+    qw (B, N, Q, D): the queries plus u, scaled by 1 / sqrt(D); k, v (B, N, K, D); either qr (the queries plus v,
+    scaled) with kr (B or 1, N, D, R), the projected positional keys, for the banded term of the content stream
+    (query i at position i), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled segment
+    term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None); blocked
+    (B or 1, Q, K) bool. Returns (B, Q, N, D); rows whose keys are all blocked are 0.
+    """
+    if (kr is None) == (pos is None) or (kr is None) != (qr is None):
+        raise ValueError("relative_attention takes the positional term as qr and kr (banded) or pos (dense)")
+    if not qw.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("attn_implementation='xlnet_lite_triton' needs a CUDA device; on a CPU it runs only in "
+                         "Triton's interpreter (set TRITON_INTERPRET=1 before the first use; slow, for checking)")
+    B, N, Q, D = qw.shape
+    if Q == 0:  # no query rows (an empty target_mapping): nothing to launch
+        return qw.new_zeros(B, 0, N, D)
+    dtype = qw.dtype
+    k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k.to(dtype), v.to(dtype)))
+    qw = qw.contiguous()
+    qr = qw if qr is None else qr.to(dtype).contiguous()  # the dense form never reads it
+    if kr is not None:
+        kr = kr.to(dtype)
+    if pos is not None:
+        pos = pos.to(dtype)
+    if gain is not None:
+        gain, seg_q, seg_k = gain.float().contiguous(), seg_q.contiguous(), seg_k.contiguous()
+    return _RelativeAttention.apply(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen)
