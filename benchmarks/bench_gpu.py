@@ -10,7 +10,9 @@ built the same way (same weights, batch and memory) and moved to the GPU: transf
 bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; SDPA with the segment term added to the
 positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head size D rather than D + 8);
 flex_attention (lite_flex_bf16: the positional term a dense (B, N, T, K) operand, as SDPA's bias; the segment term
-and the masks read inside the kernel; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0 as well); the
+and the masks read inside the kernel; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0 as well);
+the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the content stream's positional term
+computed inside from the positional keys, dropout 0 likewise); the
 kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
 apart).
 
@@ -44,7 +46,7 @@ CONFIGS = {
 }
 NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_sdpa_nodrop_bf16",
          "lite_flex_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16", "lite_compiled_nodrop_bf16",
-         "lite_flex_compiled_bf16"]
+         "lite_flex_compiled_bf16", "lite_triton_bf16"]
 # rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
 # dropout 0 (flex_attention takes none on the probabilities; the no-dropout SDPA row is its like-for-like twin))
 DERIVED = {
@@ -53,11 +55,12 @@ DERIVED = {
     "lite_flex_bf16": ("lite_sdpa_bf16", "flex_attention", False, True),
     "lite_compiled_nodrop_bf16": ("lite_compiled_bf16", "sdpa", False, True),
     "lite_flex_compiled_bf16": ("lite_compiled_bf16", "flex_attention", False, True),
+    "lite_triton_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
 }
 # the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel):
 # flex's q.k is D wide, as the segment-bias row's (the one-hot segment dims make the other SDPA rows' D + 8 on CUDA)
 FLOP_TWIN = {**bm.EAGER_TWIN, "lite_compiled_nodrop_bf16": "lite_sdpa_bf16", "lite_flex_bf16": "lite_sdpa_segbias_bf16",
-             "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16"}
+             "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16", "lite_triton_bf16": "lite_sdpa_segbias_bf16"}
 
 
 def compiled(name):

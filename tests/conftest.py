@@ -11,6 +11,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+if not torch.cuda.is_available():
+    # the fused Triton kernels run in Triton's interpreter here (tests/test_triton_attention.py); it must be chosen
+    # before Triton is first imported, which torch.compile and transformers may do in any test
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(params=["eager", "sdpa"])
 def impl(request):

