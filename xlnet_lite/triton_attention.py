@@ -13,7 +13,8 @@ index) comes in one of two forms:
 - banded (the content stream, pos_i = i): a tile's distances run over one band of BLOCK_M + BLOCK_N positions, so the
   kernel multiplies qr by that band of positional keys (one (BLOCK_M, BLOCK_M + BLOCK_N) product) and reads each
   score at its shifted index (tl.gather); the backward gathers the score gradient back into the band's layout for
-  dqr and adds the band's dkr with atomic adds. No (Q, K) or (Q, R) tensor is written, forward or backward.
+  dqr; a third backward kernel gives dkr a block of distances at a time, over the slab of keys those distances
+  reach from each block of queries (no atomics). No (Q, K) or (Q, R) tensor is written, forward or backward.
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
@@ -165,15 +166,14 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DE
 
 
 @triton.jit
-def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DQW, DQR, DKR, DPOS, DGAIN,
+def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DQW, DQR, DPOS, DGAIN,
                  sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
                  sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
                  N, Q, K, R, D, qlen,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
                  HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
-    """dqw, dqr, dgain of one block of queries over every block of keys, and the positional gradient: the band's
-    dkr added atomically into DKR (B, N, R, D) fp32, one slice per batch row whatever kr's (so only the query blocks
-    of one row and head contend) (BAND); or the (B, N, Q, K) scores' gradient DPOS."""
+    """dqw, dqr, dgain of one block of queries over every block of keys; in the dense form the (B, N, Q, K)
+    positional scores' gradient DPOS too (the banded form's dkr is _attn_bwd_dkr's)."""
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
@@ -200,10 +200,8 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
         krt = kt
-        offs_r = tl.arange(0, BLOCK_M + BLOCK_N)
         if BAND:
-            krt, offs_r = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M,
-                                     BLOCK_N)
+            krt, _ = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
         tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
         tile_ok = (offs_m[:, None] < Q) & (offs_n[None, :] < K)
         s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile, tile_ok, gain, seg_q,
@@ -216,10 +214,6 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
         if BAND:
             dband = tl.where(in_tile, tl.gather(ds, key_of, 1), 0.0)  # (BLOCK_M, BLOCK_M + BLOCK_N)
             dqr += tl.dot(dband.to(krt.dtype), tl.trans(krt), input_precision=PREC)
-            dkr = tl.dot(tl.trans(dband).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK_M + BLOCK_N, BLOCK_D)
-            row = bn * R + offs_r
-            tl.atomic_add(DKR + row[:, None] * D + offs_d[None, :], dkr,
-                          mask=(offs_r[:, None] >= 0) & (offs_r[:, None] < R) & (offs_d[None, :] < D))
         else:
             tl.store(DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :], ds.to(DPOS.dtype.element_ty),
                      mask=tile_ok)
@@ -230,6 +224,63 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
     tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
     if HAS_SEG:
         tl.store(DGAIN + bn * Q + offs_m, dgain, mask=offs_m < Q)
+
+
+@triton.jit
+def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DKR,
+                  sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
+                  ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
+                  B, N, Q, K, R, D, qlen, kr_rows,
+                  BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr,
+                  PREC: tl.constexpr):
+    """The banded form's dkr for one block of BLOCK distances r0.. of one head, summed over every query and the
+    batch rows sharing these positional keys (all B when kr is shared, kr_rows = 1; its own row when kr_rows = B):
+    dkr[r] = sum over (i, j) with qlen - i + j = r of dS[i, j] qr_i. For a block of queries m0.., those (i, j) lie in
+    a slab of 2 BLOCK keys from j0 = r0 - qlen + m0; the scores and dP are computed over the slab and read at
+    (row a, distance c) -> key j0 + a + c. No atomics: each program owns its rows of DKR (kr_rows, N, R, D) fp32."""
+    pid_r, kn = tl.program_id(0), tl.program_id(1)
+    kb, n = kn // N, kn % N
+    r0 = pid_r * BLOCK
+    offs_c, offs_a, offs_t = tl.arange(0, BLOCK), tl.arange(0, BLOCK), tl.arange(0, 2 * BLOCK)
+    offs_d = tl.arange(0, BLOCK_D)
+    slab_of = offs_a[:, None] + offs_c[None, :]  # (BLOCK, BLOCK): the slab column of (a, c)
+    dkr = tl.zeros([BLOCK, BLOCK_D], tl.float32)
+    for b in range(kb, B, kr_rows):
+        offs_r = r0 + offs_c
+        krb = tl.load(KR + b * skr_b + n * skr_n + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r,
+                      mask=(offs_d[:, None] < D) & (offs_r[None, :] < R), other=0.0)  # (BLOCK_D, BLOCK)
+        for m0 in range(0, Q, BLOCK):
+            offs_m = m0 + offs_a
+            q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
+            q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
+            qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
+            qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
+            do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
+            lse = tl.load(LSE + (b * N + n) * Q + offs_m, mask=offs_m < Q, other=float("inf"))
+            delta = tl.load(DELTA + (b * N + n) * Q + offs_m, mask=offs_m < Q, other=0.0)
+            j0 = r0 - qlen + m0
+            slab_ok = ((j0 + offs_t)[None, :] >= 0) & ((j0 + offs_t)[None, :] < K) & (offs_d[:, None] < D)
+            kt = tl.load(KEY + b * sk_b + n * sk_n + (j0 + offs_t)[None, :] * sk_j + offs_d[:, None], mask=slab_ok,
+                         other=0.0)  # (BLOCK_D, 2 BLOCK)
+            vt = tl.load(VAL + b * sv_b + n * sv_n + (j0 + offs_t)[None, :] * sv_j + offs_d[:, None], mask=slab_ok,
+                         other=0.0)
+            s = tl.gather(tl.dot(qw, kt, input_precision=PREC), slab_of, 1)  # (BLOCK, BLOCK): row a, distance c
+            s += tl.dot(qr, krb, input_precision=PREC)
+            key = j0 + slab_of  # (BLOCK, BLOCK)
+            visible = (key >= 0) & (key < K) & (offs_m[:, None] < Q) & ((r0 + offs_c)[None, :] < R)
+            if HAS_SEG:
+                gain = tl.load(GAIN + (b * N + n) * Q + offs_m, mask=offs_m < Q, other=0.0)
+                seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2)
+                seg_k = tl.load(SEGK + b * ssk_b + key, mask=visible, other=-1)
+                s += tl.where(seg_q[:, None] == seg_k, gain[:, None], 0.0)
+            if HAS_MASK:
+                visible &= tl.load(BLK + b * sbk_b + offs_m[:, None] * sbk_m + key * sbk_j, mask=visible, other=1) == 0
+            p = tl.exp(tl.where(visible, s, float("-inf")) - lse[:, None])
+            dp = tl.gather(tl.dot(do, vt, input_precision=PREC), slab_of, 1)
+            ds = p * (dp - delta[:, None])
+            dkr += tl.dot(tl.trans(ds).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK, BLOCK_D)
+    offs_r = r0 + offs_c
+    tl.store(DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr, mask=(offs_r[:, None] < R) & (offs_d[None, :] < D))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -275,7 +326,7 @@ def _forward_outputs(qw, *args):
 
 @torch.library.custom_op("xlnet_lite::relative_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
 def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse, qlen):
-    """dqw, dqr, dk, dv, dkr (B, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
+    """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
     K = k.shape[2]
     dout = dout.contiguous()
@@ -284,14 +335,19 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse
     block, block_d = _blocks(qw.device, D)
     common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
-    if kr is not None:
-        dkr.zero_()  # the kernel adds each tile's share
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
         *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen,
         **common)
     _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
-        *args.pointers, dout, lse, delta, dqw, dqr, dkr if kr is not None else lse, dpos if kr is None else lse,
-        dgain if gain is not None else lse, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen, **common)
+        *args.pointers, dout, lse, delta, dqw, dqr, dpos if kr is None else lse, dgain if gain is not None else lse,
+        *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen, **common)
+    if kr is not None:
+        qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
+        strides = args.strides[:13] + args.strides[17:]  # without pos's
+        _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
+            qw_, qr_, k_, v_, kr_, *rest, dout, lse, delta, dkr, *strides, *_out_strides(dout), B, N, Q, K, args.R,
+            D, qlen, kr.shape[0], BLOCK=block, BLOCK_D=block_d, HAS_SEG=common["HAS_SEG"],
+            HAS_MASK=common["HAS_MASK"], PREC=common["PREC"])
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 
@@ -299,11 +355,10 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse
 def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
     B, N, Q, D = qw.shape
     K = k.shape[2]
-    none = qw.new_empty(0)
     return (qw.new_empty(B, N, Q, D), qr.new_empty(B, N, Q, D), k.new_empty(B, N, K, D), v.new_empty(B, N, K, D),
-            qw.new_empty(B, N, kr.shape[-1], D, dtype=torch.float32) if kr is not None else none,
-            pos.new_empty(B, N, Q, K) if kr is None else none,
-            qw.new_empty(B, N, Q, dtype=torch.float32) if gain is not None else none)
+            qw.new_empty(kr.shape[0], N, kr.shape[-1], D, dtype=torch.float32) if kr is not None else qw.new_empty(0),
+            pos.new_empty(B, N, Q, K) if kr is None else qw.new_empty(0),
+            qw.new_empty(B, N, Q, dtype=torch.float32) if gain is not None else qw.new_empty(0))
 
 
 def _setup_context(ctx, inputs, output):
@@ -317,7 +372,7 @@ def _gradients(ctx, dout, _dlse):
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(dout, qw, qr, k, v, kr, pos, gain, *rest, ctx.qlen)
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
-        grad_kr = (dkr if kr.shape[0] == qw.shape[0] else dkr.sum(0, keepdim=True)).transpose(2, 3).to(kr.dtype)
+        grad_kr = dkr.transpose(2, 3).to(kr.dtype)
     return (dqw, dqr if kr is not None else None, dk, dv, grad_kr, dpos if kr is None else None,
             dgain if gain is not None else None, None, None, None, None)
 
