@@ -12,8 +12,9 @@ positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head
 flex_attention (lite_flex_bf16: the positional term a dense (B, N, T, K) operand, as SDPA's bias; the segment term
 and the masks read inside the kernel; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0 as well);
 the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the content stream's positional term
-computed inside from the positional keys, dropout 0 likewise; compiled whole too, the kernels as operators in the
-graph: lite_triton_compiled_bf16); the
+computed inside from the positional keys, the dropout on the probabilities drawn inside; at dropout 0 beside SDPA's:
+lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the graph: lite_triton_compiled_bf16,
+lite_triton_compiled_nodrop_bf16); the
 kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
 apart).
 
@@ -47,7 +48,8 @@ CONFIGS = {
 }
 NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_sdpa_nodrop_bf16",
          "lite_flex_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16", "lite_compiled_nodrop_bf16",
-         "lite_flex_compiled_bf16", "lite_triton_bf16", "lite_triton_compiled_bf16"]
+         "lite_flex_compiled_bf16", "lite_triton_bf16", "lite_triton_nodrop_bf16", "lite_triton_compiled_bf16",
+         "lite_triton_compiled_nodrop_bf16"]
 # rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
 # dropout 0 (flex_attention takes none on the probabilities; the no-dropout SDPA row is its like-for-like twin))
 DERIVED = {
@@ -56,14 +58,17 @@ DERIVED = {
     "lite_flex_bf16": ("lite_sdpa_bf16", "flex_attention", False, True),
     "lite_compiled_nodrop_bf16": ("lite_compiled_bf16", "sdpa", False, True),
     "lite_flex_compiled_bf16": ("lite_compiled_bf16", "flex_attention", False, True),
-    "lite_triton_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
-    "lite_triton_compiled_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, True),
+    "lite_triton_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, False),
+    "lite_triton_nodrop_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
+    "lite_triton_compiled_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, False),
+    "lite_triton_compiled_nodrop_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, True),
 }
 # the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel):
 # flex's q.k is D wide, as the segment-bias row's (the one-hot segment dims make the other SDPA rows' D + 8 on CUDA)
 FLOP_TWIN = {**bm.EAGER_TWIN, "lite_compiled_nodrop_bf16": "lite_sdpa_bf16", "lite_flex_bf16": "lite_sdpa_segbias_bf16",
-             "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16", "lite_triton_bf16": "lite_sdpa_segbias_bf16",
-             "lite_triton_compiled_bf16": "lite_sdpa_segbias_bf16"}
+             "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16", **{n: "lite_sdpa_segbias_bf16" for n in (
+                 "lite_triton_bf16", "lite_triton_nodrop_bf16", "lite_triton_compiled_bf16",
+                 "lite_triton_compiled_nodrop_bf16")}}
 
 
 def compiled(name):

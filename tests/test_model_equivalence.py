@@ -390,28 +390,30 @@ def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims(monkeypatch
 
 
 def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
-    """benchmarks/bench_gpu.py's flex and Triton rows run the same weights, batch and memory as its SDPA rows, every
-    dropout at 0 (neither kernel takes any), as does their like-for-like SDPA row; the loss is the same (forward on
-    the CPU, fp32; the flex backward runs only on a GPU, the Triton kernels here in Triton's interpreter)."""
+    """benchmarks/bench_gpu.py's flex rows run the same weights, batch and memory as its SDPA rows, every dropout at
+    0 (flex_attention takes none), as does their like-for-like SDPA row, and so does the Triton kernels' row at
+    dropout 0 (their other row keeps 0.1); the loss is the same (forward on the CPU, fp32; the flex backward runs only
+    on a GPU, the Triton kernels here in Triton's interpreter)."""
     from benchmarks import bench_gpu
     from xlnet_lite.modeling_xlnet_lite import Dropout
 
     cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
                mem_len=6, reuse_len=6, dropout=0.1)
-    variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_bf16"])
+    variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_bf16",
+                                     "lite_triton_nodrop_bf16"])
     rates = {n: {m.p for m in v.model.modules() if isinstance(m, Dropout)} for n, v in variants.items()}
     assert rates == {"lite_sdpa_bf16": {0.1}, "lite_sdpa_nodrop_bf16": {0.0}, "lite_flex_bf16": {0.0},
-                     "lite_triton_bf16": {0.0}}
+                     "lite_triton_bf16": {0.1}, "lite_triton_nodrop_bf16": {0.0}}
     assert variants["lite_flex_bf16"].model.config._attn_implementation == "flex_attention"
     assert variants["lite_triton_bf16"].model.config._attn_implementation == "xlnet_lite_triton"
     losses = {}
-    for name in ("lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_bf16"):
+    for name in ("lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_nodrop_bf16"):
         variant = variants[name]
         variant.autocast_dtype = None
         with torch.no_grad():
             losses[name] = variant.forward(**variant.inputs).loss
     close(losses["lite_flex_bf16"], losses["lite_sdpa_nodrop_bf16"])
-    close(losses["lite_triton_bf16"], losses["lite_sdpa_nodrop_bf16"])
+    close(losses["lite_triton_nodrop_bf16"], losses["lite_sdpa_nodrop_bf16"])
     for name in bench_gpu.NAMES:  # every row's FLOPs come from a row that is counted, and kept by --no-compile
         twin = bench_gpu.FLOP_TWIN.get(name, name)
         assert twin in bench_gpu.NAMES and twin not in bench_gpu.FLOP_TWIN and not bench_gpu.compiled(twin), name

@@ -116,13 +116,9 @@ def test_classifier_and_generate_on_the_kernels():
     assert torch.equal(got, want)
 
 
-def test_refuses_dropout_and_other_models_and_a_cpu_without_the_interpreter(monkeypatch):
-    """Training with dropout says the kernels have none; another model cannot take the name; a CPU tensor outside
-    the interpreter is refused in one line instead of failing inside Triton."""
-    _, lite = twins(dropout=0.1)
-    lite.config._attn_implementation = TRITON_ATTENTION
-    with pytest.raises(ValueError, match="no attention dropout.*dropout 0.*'sdpa'"):
-        lite.train()(input_ids=torch.zeros(1, 4, dtype=torch.long))
+def test_refuses_other_models_and_a_cpu_without_the_interpreter(monkeypatch):
+    """Another model cannot take the name; a CPU tensor outside the interpreter is refused in one line instead of
+    failing inside Triton."""
     import transformers
 
     with pytest.raises(ValueError, match="XLNet-Lite's own"):
@@ -135,6 +131,77 @@ def test_refuses_dropout_and_other_models_and_a_cpu_without_the_interpreter(monk
     if not x.is_cuda:
         with pytest.raises(ValueError, match="needs a CUDA device.*TRITON_INTERPRET=1"):
             relative_attention(x, x, x, pos=torch.zeros(1, 1, 4, 4), qlen=4)
+
+
+def test_dropout_inside_the_kernels_is_one_mask_forward_and_backward():
+    """With dropout 0.1 the kernels drop each probability with that chance (after the softmax, the kept ones scaled
+    by 1 / 0.9), and the backward kernels redraw the same mask: read back through values that are the identity, the
+    mask gives the plain attention's output and every gradient for other values, the same seed."""
+    gen = torch.Generator().manual_seed(0)
+    N, Q, M, D, p = 2, 16, 16, 32, 0.1
+    K = Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    qw, qr, k, kr, gain = rand(B, N, Q, D), rand(B, N, Q, D), rand(B, N, K, D), rand(1, N, D, 2 * Q + M), rand(B, N, Q)
+    seg_q, seg_k = torch.randint(0, 2, (B, Q), generator=gen), torch.randint(0, 2, (B, K), generator=gen)
+    blocked = torch.rand(B, Q, K, generator=gen) < 0.3
+    terms = dict(qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q)
+
+    def attention(v, seed):
+        torch.manual_seed(seed)  # the kernels' seed comes from torch's generator
+        return relative_attention(qw, k, v, dropout_p=p, **terms)
+
+    with torch.no_grad():
+        identity = torch.eye(K, D).expand(B, N, K, D)
+        dropped = attention(identity, seed=1).transpose(1, 2)[..., :K]  # (B, N, Q, K): prob * mask / (1 - p)
+        prob = reference(qw, qr, k, identity, kr, None, gain, seg_q, seg_k, blocked, Q).transpose(1, 2)[..., :K]
+    seen = prob > 1e-6  # (the ratio of smaller ones is rounding)
+    scale = dropped[seen] / prob[seen]
+    kept = (scale - 1 / (1 - p)).abs() < 1e-3
+    assert (kept | (scale.abs() < 1e-6)).all()  # every seen probability kept (scaled) or dropped, nothing else
+    assert 0.07 < 1 - kept.float().mean() < 0.13  # of about 1,600 seen
+    mask = (dropped > prob * 0.5 / (1 - p)).float() / (1 - p)  # every probability's, the smallest ones too
+    v = rand(B, N, K, D)
+    out = attention(v, seed=1)
+    with torch.no_grad():
+        assert not torch.equal(out, attention(v, seed=2))
+    score = qw @ k.transpose(-1, -2) + rel_shift(qr @ kr, qlen=Q, klen=K)
+    score = score + gain[..., None] * (seg_q[:, None, :, None] == seg_k[:, None, None, :])
+    expected = ((score.masked_fill(blocked[:, None], float("-inf")).softmax(-1) * mask) @ v).transpose(1, 2)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    inputs = (qw, qr, k, v, kr, gain)
+    grad_out = torch.randn(out.shape, generator=gen)
+    got = torch.autograd.grad((out * grad_out).sum(), inputs)
+    want = torch.autograd.grad((expected * grad_out).sum(), inputs)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_a_model_trains_with_attention_dropout_reproducibly():
+    """The model in training with dropout 0.1 on the kernels: the same torch seed gives the same loss and gradients,
+    another seed another loss, and neither is the loss without dropout."""
+    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "dropout": 0.1})
+    model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=4).train()
+    model.config._attn_implementation = TRITON_ATTENTION
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=gen), perm_mask=perm_mask,
+                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, P), generator=gen))
+
+    def step(seed):
+        torch.manual_seed(seed)
+        model.zero_grad()
+        loss = model(**inputs).loss
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    (loss_a, grads_a), (loss_b, grads_b), (loss_c, _) = step(0), step(0), step(1)
+    assert loss_a == loss_b and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
+    assert loss_c != loss_a
+    with torch.no_grad():
+        assert model.eval()(**inputs).loss.item() not in (loss_a, loss_c)
 
 
 def test_compiled_whole_with_the_kernels_inside():

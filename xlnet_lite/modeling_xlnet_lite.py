@@ -630,11 +630,9 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
     """The attention core through xlnet_lite.triton_attention's fused kernels (CUDA; on a CPU only in Triton's
     interpreter). The content stream's positional term is computed inside them from the positional keys, a band per
     tile; the query stream's (its P rows at any positions) goes in as positional_term's (B, N, P, K) scores. The
-    segment term and the masks are read inside; no (B, N, T, K) score, probability or mask tensor is written, forward
-    or backward. No dropout on the probabilities: training with dropout raises. q (B, N, Q, D) -> (B, Q, N*D)."""
-    if attn.training and attn.dropout.p > 0:
-        raise ValueError(f"attn_implementation='{TRITON_ATTENTION}' has no attention dropout: train with dropout 0 "
-                         f"(the pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'")
+    segment term, the masks and the dropout on the probabilities (its mask drawn inside by Philox, from a seed taken
+    from torch's generator) are applied inside; no (B, N, T, K) score, probability or mask tensor is written, forward
+    or backward. q (B, N, Q, D) -> (B, Q, N*D)."""
     from .triton_attention import relative_attention
 
     k, v, kr = keys
@@ -647,7 +645,7 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
     out = relative_attention(
         (q + u.to(q.dtype)[:, None]) * attn.scale, k, v, **positional, qlen=qlen,
         gain=None if seg_q is None else segment_gain(attn, q, b), seg_q=seg_q, seg_k=seg_keys,
-        blocked=None if blocked is None else blocked[:, 0],
+        blocked=None if blocked is None else blocked[:, 0], dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
     return out.flatten(2)
 

@@ -72,12 +72,19 @@ def _band_keys(kr_base, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M: tl.co
 
 
 @triton.jit
-def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, OUT, LSE,
+def _kept(SEED, bn, rows, keys, Q, K, DROP_P):
+    """Dropout on the probabilities: 1 / (1 - p) where the probability of (row, key) is kept, 0 where it is dropped.
+    Philox numbers from the call's seed and the score's place in (B * N, Q, K), so every kernel draws the same."""
+    return tl.where(tl.rand(tl.load(SEED), (bn * Q + rows) * K + keys) >= DROP_P, 1.0 / (1.0 - DROP_P), 0.0)
+
+
+@triton.jit
+def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
               sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
               sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-              N, Q, K, R, D, qlen,
+              N, Q, K, R, D, qlen, DROP_P,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
-              HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+              HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
@@ -110,6 +117,8 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, OUT, LSE,
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=tl.trans(kv_ok),
                     other=0.0)
+        if HAS_DROPOUT:  # the normaliser l_i sums the probabilities before dropout, as softmax then dropout does
+            p = p * _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
     has_key = l_i > 0
@@ -120,12 +129,12 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, OUT, LSE,
 
 
 @triton.jit
-def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DK, DV,
+def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DELTA, DK, DV,
                    sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
                    sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                   N, Q, K, R, D, qlen,
+                   N, Q, K, R, D, qlen, DROP_P,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
-                   HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+                   HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous."""
     pid_n, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
@@ -156,8 +165,14 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DE
                          BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
                          BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
-        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
-        ds = p * (tl.dot(do, vt, input_precision=PREC) - delta[:, None])
+        dp = tl.dot(do, vt, input_precision=PREC)
+        if HAS_DROPOUT:
+            kept = _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
+            dv += tl.dot(tl.trans(p * kept).to(do.dtype), do, input_precision=PREC)
+            dp = dp * kept
+        else:
+            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
+        ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds).to(qw.dtype), qw, input_precision=PREC)
     kv_off = (bn * K + offs_n[:, None]) * D + offs_d[None, :]
     kv_store = (offs_n[:, None] < K) & (offs_d[None, :] < D)
@@ -166,12 +181,12 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DE
 
 
 @triton.jit
-def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DQW, DQR, DPOS, DGAIN,
+def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DELTA, DQW, DQR, DPOS, DGAIN,
                  sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
                  sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                 N, Q, K, R, D, qlen,
+                 N, Q, K, R, D, qlen, DROP_P,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
-                 HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+                 HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """dqw, dqr, dgain of one block of queries over every block of keys; in the dense form the (B, N, Q, K)
     positional scores' gradient DPOS too (the banded form's dkr is _attn_bwd_dkr's)."""
     pid_m, bn = tl.program_id(0), tl.program_id(1)
@@ -209,7 +224,10 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
                          BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
                          BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         p = tl.exp(s - lse[:, None])
-        ds = p * (tl.dot(do, vt, input_precision=PREC) - delta[:, None])  # (BLOCK_M, BLOCK_N)
+        dp = tl.dot(do, vt, input_precision=PREC)
+        if HAS_DROPOUT:
+            dp = dp * _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
+        ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
         dqw += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=PREC)
         if BAND:
             dband = tl.where(in_tile, tl.gather(ds, key_of, 1), 0.0)  # (BLOCK_M, BLOCK_M + BLOCK_N)
@@ -227,12 +245,12 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELT
 
 
 @triton.jit
-def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, DKR,
+def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DELTA, DKR,
                   sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
                   ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                  B, N, Q, K, R, D, qlen, kr_rows,
+                  B, N, Q, K, R, D, qlen, DROP_P, kr_rows,
                   BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr,
-                  PREC: tl.constexpr):
+                  PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """The banded form's dkr for one block of BLOCK distances r0.. of one head, summed over every query and the
     batch rows sharing these positional keys (all B when kr is shared, kr_rows = 1; its own row when kr_rows = B):
     dkr[r] = sum over (i, j) with qlen - i + j = r of dS[i, j] qr_i. For a block of queries m0.., those (i, j) lie in
@@ -277,6 +295,8 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, DO, LSE, DELTA, D
                 visible &= tl.load(BLK + b * sbk_b + offs_m[:, None] * sbk_m + key * sbk_j, mask=visible, other=1) == 0
             p = tl.exp(tl.where(visible, s, float("-inf")) - lse[:, None])
             dp = tl.gather(tl.dot(do, vt, input_precision=PREC), slab_of, 1)
+            if HAS_DROPOUT:
+                dp = dp * _kept(SEED, b * N + n, offs_m[:, None], key, Q, K, DROP_P)
             ds = p * (dp - delta[:, None])
             dkr += tl.dot(tl.trans(ds).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK, BLOCK_D)
     offs_r = r0 + offs_c
@@ -297,23 +317,25 @@ def _blocks(device, d):
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
 # (fullgraph), placing the launches in its graph, and fuses the work around them.
 _FORWARD_SCHEMA = ("(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
-                   "Tensor? seg_k, Tensor? blocked, int qlen) -> (Tensor, Tensor)")
+                   "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen) -> (Tensor, Tensor)")
 _BACKWARD_SCHEMA = ("(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
-                    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor out, Tensor lse, int qlen) -> "
+                    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, Tensor lse, "
+                    "int qlen) -> "
                     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
-def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
+def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen):
     """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
     (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) or all three
-    None; blocked (B or 1, Q, K) bool or None. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
+    None; blocked (B or 1, Q, K) bool or None; seed (1,) int64, the dropout's, or None with dropout_p 0. Returns out
+    (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
     out, lse = _forward_outputs(qw)
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
     block, block_d = _blocks(qw.device, D)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
-        *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, k.shape[2], args.R, D, qlen,
+        *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, k.shape[2], args.R, D, qlen, dropout_p,
         BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
     return out, lse
 
@@ -325,29 +347,29 @@ def _forward_outputs(qw, *args):
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, out, lse, qlen):
+def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, out, lse, qlen):
     """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
     K = k.shape[2]
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
     block, block_d = _blocks(qw.device, D)
     common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
         *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen,
-        **common)
+        dropout_p, **common)
     _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
         *args.pointers, dout, lse, delta, dqw, dqr, dpos if kr is None else lse, dgain if gain is not None else lse,
-        *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen, **common)
+        *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen, dropout_p, **common)
     if kr is not None:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
         strides = args.strides[:13] + args.strides[17:]  # without pos's
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_, qr_, k_, v_, kr_, *rest, dout, lse, delta, dkr, *strides, *_out_strides(dout), B, N, Q, K, args.R,
-            D, qlen, kr.shape[0], BLOCK=block, BLOCK_D=block_d, HAS_SEG=common["HAS_SEG"],
-            HAS_MASK=common["HAS_MASK"], PREC=common["PREC"])
+            D, qlen, dropout_p, kr.shape[0], BLOCK=block, BLOCK_D=block_d,
+            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")})
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 
@@ -362,19 +384,20 @@ def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
 
 
 def _setup_context(ctx, inputs, output):
-    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen = inputs
-    ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, *output)
-    ctx.qlen = qlen
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen = inputs
+    ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, *output)
+    ctx.dropout_p, ctx.qlen = dropout_p, qlen
 
 
 def _gradients(ctx, dout, _dlse):
-    qw, qr, k, v, kr, pos, gain, *rest = ctx.saved_tensors
-    dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(dout, qw, qr, k, v, kr, pos, gain, *rest, ctx.qlen)
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, out, lse = ctx.saved_tensors
+    dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed,
+                                                   ctx.dropout_p, out, lse, ctx.qlen)
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
         grad_kr = dkr.transpose(2, 3).to(kr.dtype)
     return (dqw, dqr if kr is not None else None, dk, dv, grad_kr, dpos if kr is None else None,
-            dgain if gain is not None else None, None, None, None, None)
+            dgain if gain is not None else None, None, None, None, None, None, None)
 
 
 _forward.register_autograd(_gradients, setup_context=_setup_context)
@@ -388,7 +411,7 @@ class _Operands:
         self.pointers, self.strides, self.R, self.flags = pointers, strides, R, flags
 
 
-def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked):
+def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p):
     band = kr is not None
     stub = qw
     kr_ = kr if band else stub.new_zeros(1, 1, 1, 1)
@@ -398,14 +421,14 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked):
     blk = blocked.view(torch.uint8) if blocked is not None else torch.zeros(1, 1, 1, dtype=torch.uint8,
                                                                               device=qw.device)
     pointers = (qw, qr, k, v, kr_, pos_, gain if has_seg else stub, seg_q if has_seg else stub,
-                seg_k if has_seg else stub, blk)
+                seg_k if has_seg else stub, blk, seed if dropout_p > 0 else stub)
     strides = (*qw.stride()[:3], *k.stride()[:3], *v.stride()[:3],
                0 if kr_.shape[0] == 1 else kr_.stride(0), *kr_.stride()[1:],
                *pos_.stride(),
                seg_q.stride(0) if has_seg else 0, seg_k.stride(0) if has_seg else 0,
                0 if blk.shape[0] == 1 else blk.stride(0), *blk.stride()[1:])
     prec = "ieee" if qw.dtype == torch.float32 else "tf32"
-    flags = dict(BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, PREC=prec)
+    flags = dict(BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, PREC=prec, HAS_DROPOUT=dropout_p > 0)
     return _Operands(pointers, strides, R, flags)
 
 
@@ -415,14 +438,16 @@ def _out_strides(out):
 
 
 def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q=None, seg_k=None, blocked=None,
-                       qlen):
+                       dropout_p=0.0, qlen):
     """softmax(qw k^T + positional term + segment term, blocked keys -inf) v, fused: see the module docstring.
 
     qw (B, N, Q, D): the queries plus u, scaled by 1 / sqrt(D); k, v (B, N, K, D); either qr (the queries plus v,
     scaled) with kr (B or 1, N, D, R), the projected positional keys, for the banded term of the content stream
     (query i at position i), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled segment
     term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None); blocked
-    (B or 1, Q, K) bool. Returns (B, Q, N, D); rows whose keys are all blocked are 0.
+    (B or 1, Q, K) bool; dropout_p: dropout on the probabilities (after the softmax, inverted), its mask drawn by
+    Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D); rows whose
+    keys are all blocked are 0.
     """
     if (kr is None) == (pos is None) or (kr is None) != (qr is None):
         raise ValueError("relative_attention takes the positional term as qr and kr (banded) or pos (dense)")
@@ -442,4 +467,10 @@ def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q
         pos = pos.to(dtype)
     if gain is not None:
         gain, seg_q, seg_k = gain.float().contiguous(), seg_q.contiguous(), seg_k.contiguous()
-    return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen)[0]
+    seed = None
+    if dropout_p > 0:
+        if B * N * Q * k.shape[2] >= 2**31:
+            raise ValueError(f"attn_implementation='xlnet_lite_triton' draws dropout by the score's index, which must "
+                             f"stay under 2**31: B * N * Q * K = {B * N * Q * k.shape[2]}; use fewer rows or 'sdpa'")
+        seed = torch.randint(2**31 - 1, (1,), device=qw.device)
+    return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen)[0]
