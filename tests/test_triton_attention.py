@@ -225,3 +225,17 @@ def test_compiled_whole_with_the_kernels_inside():
     torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads_a, grads_b):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+
+
+def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
+    """benchmarks/bench_triton_attention.py at its CPU shape: every row timed, the Triton row's output the SDPA
+    path's (the check its GPU run reports)."""
+    import json
+
+    from benchmarks import bench_triton_attention
+
+    out = tmp_path / "attention.json"
+    bench_triton_attention.main(["--shape", "tiny", "--runs", "1", "--warmup", "0", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"sdpa_path", "triton_tile16_warps1"}
+    assert rows["triton_tile16_warps1"]["max_abs_diff_vs_sdpa"] < 1e-5 and rows["sdpa_path"]["median_s"] > 0

@@ -307,11 +307,18 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
 # The operators
 
 
+# Launch settings on CUDA: rows (and keys) per tile and warps per program (benchmarks/bench_triton_attention.py
+# times the choices). The interpreter takes 16-row tiles (numpy: small tiles run faster).
+CUDA_TILE = 64
+CUDA_WARPS = 4
+
+
 def _blocks(device, d):
-    """(BLOCK_M = BLOCK_N, BLOCK_D): 64-row tiles on a GPU, 16 in the interpreter (numpy: small tiles run faster);
-    the head size padded to a power of two of at least 16 (tl.dot's smallest)."""
-    block = 64 if device.type == "cuda" else 16
-    return block, max(16, triton.next_power_of_2(d))
+    """(BLOCK_M = BLOCK_N, BLOCK_D, launch options): the head size padded to a power of two of at least 16 (tl.dot's
+    smallest)."""
+    if device.type == "cuda":
+        return CUDA_TILE, max(16, triton.next_power_of_2(d)), dict(num_warps=CUDA_WARPS)
+    return 16, max(16, triton.next_power_of_2(d)), {}
 
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
@@ -333,10 +340,10 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     B, N, Q, D = qw.shape
     out, lse = _forward_outputs(qw)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
-    block, block_d = _blocks(qw.device, D)
+    block, block_d, launch = _blocks(qw.device, D)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
         *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, k.shape[2], args.R, D, qlen, dropout_p,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
+        BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
     return out, lse
 
 
@@ -354,8 +361,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
-    block, block_d = _blocks(qw.device, D)
-    common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags)
+    block, block_d, launch = _blocks(qw.device, D)
+    common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
         *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen,
@@ -369,7 +376,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_, qr_, k_, v_, kr_, *rest, dout, lse, delta, dkr, *strides, *_out_strides(dout), B, N, Q, K, args.R,
             D, qlen, dropout_p, kr.shape[0], BLOCK=block, BLOCK_D=block_d,
-            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")})
+            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")}, **launch)
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 

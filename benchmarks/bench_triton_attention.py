@@ -1,0 +1,156 @@
+"""XLNet's attention alone, one layer's content stream, forward and backward: the fused Triton kernels
+(xlnet_lite.triton_attention) at each tile size and warp count against the SDPA path's work (the positional scores
+as one (B, N, T, R) product shifted to (B, N, T, K), the segment term added, perm_mask filled in as -inf, then
+scaled_dot_product_attention with that bias, as XLNet-Lite's SDPA kernel does).
+
+    python -m benchmarks.bench_triton_attention [--shape base] [--runs 20] [--warmup 3] [--dropout 0.1]
+                                                [--out benchmarks/results/gpu/triton_attention.json]
+
+Shapes: "base" is a `base` layer at XLNet's pretraining shapes (B 32, 12 heads of 64, T 512 queries, a 384-token
+memory: K 896 keys, R 1408 distances), with the collator's factorization masks and two segments; "tiny" runs on a
+CPU in Triton's interpreter (TRITON_INTERPRET=1) to check the script. bf16 on CUDA (fp32 on the CPU). Each row: the
+median of --runs forward + backward passes (CUDA events; perf_counter on the CPU) after --warmup, the rows
+alternating; the most memory the step held above its inputs; and the largest difference of its output from the SDPA
+path's at dropout 0 (its check). TFLOP/s counts the SDPA path's matmuls (q.k, the positional product, p.v and their
+gradients), the work both do. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.environment import environment
+from xlnet_lite.collator import random_factorization_masks
+from xlnet_lite.modeling_xlnet_lite import positional_term
+from xlnet_lite.training import write_json
+
+SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
+TILES = {"cuda": [(64, 4), (64, 8), (32, 4)], "cpu": [(16, 1)]}  # (rows per tile, warps)
+
+
+def make_inputs(shape, device, dtype, seed=0):
+    """Queries (with u and with v, scaled), keys, values, positional keys shared by the batch, the segment gain and
+    ids, perm_mask over the current segment (the memory never blocked) and an output gradient."""
+    B, N, Q, M, D = (shape[k] for k in "BNQMD")
+    K, R = Q + M, 2 * Q + M
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*size, scale=1.0):
+        return (scale * torch.randn(*size, generator=gen)).to(device, dtype).requires_grad_()
+
+    perm_mask, _ = random_factorization_masks(B, Q, shape["P"], seed=seed)
+    blocked = torch.cat([torch.zeros(B, Q, M, dtype=torch.bool), perm_mask.bool()], dim=-1)  # (B, Q, K)
+    blocked[:, torch.arange(Q), M + torch.arange(Q)] = False  # the content stream sees its own token
+    segments = torch.cat([torch.zeros(B, K // 2, dtype=torch.long), torch.ones(B, K - K // 2, dtype=torch.long)], 1)
+    return dict(qw=rand(B, N, Q, D, scale=D**-0.5), qr=rand(B, N, Q, D, scale=D**-0.5), k=rand(B, N, K, D),
+                v=rand(B, N, K, D), kr=rand(1, N, D, R), gain=rand(B, N, Q, scale=0.1),
+                seg_q=segments[:, M:].to(device), seg_k=segments.to(device), blocked=blocked.to(device),
+                grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype), Q=Q, K=K)
+
+
+def sdpa_path(x, dropout):
+    """What XLNet-Lite's SDPA kernel computes around the call: the dense positional bias and its masking."""
+    pos = positional_term(x["qr"], x["kr"], qlen=x["Q"], klen=x["K"], query_pos=None)  # (B, N, Q, K)
+    same = x["seg_q"][:, None, :, None] == x["seg_k"][:, None, None, :]
+    bias = (pos + x["gain"][..., None] * same).masked_fill(x["blocked"][:, None], float("-inf"))
+    out = F.scaled_dot_product_attention(x["qw"], x["k"], x["v"], attn_mask=bias, dropout_p=dropout, scale=1.0)
+    return out.transpose(1, 2)  # (B, Q, N, D)
+
+
+def triton_path(x, dropout):
+    from xlnet_lite.triton_attention import relative_attention
+
+    return relative_attention(x["qw"], x["k"], x["v"], qr=x["qr"], kr=x["kr"], gain=x["gain"], seg_q=x["seg_q"],
+                              seg_k=x["seg_k"], blocked=x["blocked"], dropout_p=dropout, qlen=x["Q"])
+
+
+def tiled(tile, warps):
+    """The Triton path at one launch setting."""
+    from xlnet_lite import triton_attention
+
+    def run(x, dropout):
+        triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = tile, warps
+        return triton_path(x, dropout)
+
+    return run
+
+
+def timed_step(fn, x, dropout, device):
+    """Seconds of one forward + backward."""
+    leaves = [x[k] for k in ("qw", "qr", "k", "v", "kr", "gain")]
+    for t in leaves:
+        t.grad = None
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(x, dropout).backward(x["grad"])
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1000
+    t0 = time.perf_counter()
+    fn(x, dropout).backward(x["grad"])
+    return time.perf_counter() - t0
+
+
+def step_memory(fn, x, dropout, device):
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    timed_step(fn, x, dropout, device)
+    return torch.cuda.max_memory_allocated() - before
+
+
+def matmul_flops(shape):
+    """q.k, (q+v).R over R distances and p.v, forward; twice that backward."""
+    B, N, Q, M, D = (shape[k] for k in "BNQMD")
+    K, R = Q + M, 2 * Q + M
+    return 3 * 2 * B * N * Q * D * (2 * K + R)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=list(SHAPES), default="base")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--dropout", type=float, default=0.0, help="dropout on the probabilities (default 0)")
+    parser.add_argument("--out", default="benchmarks/results/gpu/triton_attention.json")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu" and args.shape != "tiny":
+        parser.error("without CUDA only --shape tiny runs (in Triton's interpreter, to check the script)")
+    shape = SHAPES[args.shape]
+    x = make_inputs(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    rows = {"sdpa_path": sdpa_path, **{f"triton_tile{t}_warps{w}": tiled(t, w) for t, w in TILES[device.type]}}
+    with torch.no_grad():
+        reference = sdpa_path(x, 0.0).float()
+        error = {n: (fn(x, 0.0).float() - reference).abs().max().item() for n, fn in rows.items()}
+    times = {n: [] for n in rows}
+    for i in range(args.warmup + args.runs):
+        for n in list(rows)[i % len(rows):] + list(rows)[:i % len(rows)]:  # the order rotating every run
+            t = timed_step(rows[n], x, args.dropout, device)
+            if i >= args.warmup:
+                times[n].append(t)
+    flops = matmul_flops(shape)
+    results = {}
+    for n, fn in rows.items():
+        t = statistics.median(times[n])
+        results[n] = dict(median_s=t, times_s=times[n], tflop_per_s=flops / t / 1e12,
+                          step_memory_bytes=step_memory(fn, x, args.dropout, device), max_abs_diff_vs_sdpa=error[n])
+        memory = results[n]["step_memory_bytes"]
+        print(f"{n:<24} {1000 * t:9.2f} ms {flops / t / 1e12:7.1f} TFLOP/s "
+              f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}", flush=True)
+    write_json(args.out, dict(command="python -m benchmarks.bench_triton_attention " + " ".join(sys.argv[1:] if argv is None else argv),
+                              environment=environment(), shape=shape, dropout=args.dropout, matmul_flops=flops,
+                              rows=results))
+
+
+if __name__ == "__main__":
+    main()
