@@ -6,6 +6,7 @@ import torch
 import transformers
 
 import xlnet_lite
+from xlnet_lite.modeling_xlnet_lite import rel_shift
 
 TINY = dict(vocab_size=97, d_model=32, n_layer=2, n_head=4, d_inner=48, dropout=0.0, mem_len=None)
 
@@ -78,3 +79,15 @@ def nan_at_training_forward(monkeypatch, model_class, n):
     monkeypatch.setattr(model_class, "forward", forward)
     return calls
 
+
+def plain_relative_attention(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
+    """xlnet_lite.triton_attention.relative_attention written plainly: every score materialised, rel_shift for the
+    banded term, a row with every key blocked attending to nothing. Returns (B, Q, N, D)."""
+    score = qw @ k.transpose(-1, -2)  # (B, N, Q, K)
+    score = score + (rel_shift(qr @ kr, qlen=qlen, klen=k.shape[2]) if kr is not None else pos)
+    if gain is not None:
+        score = score + gain[..., None] * (seg_q[:, None, :, None] == seg_k[:, None, None, :])
+    if blocked is not None:
+        score = score.masked_fill(blocked[:, None], float("-inf"))
+    prob = torch.nan_to_num(score.softmax(-1), nan=0.0)  # a row with every key blocked attends to nothing
+    return (prob @ v).transpose(1, 2)  # (B, Q, N, D)

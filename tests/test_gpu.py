@@ -213,3 +213,48 @@ def test_finetuning_recipe_trains_on_the_gpu_in_bf16(pretrained, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "all_results.json").read_text())
     assert results["epochs"] == 2 and 0.0 <= results["eval_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_kernels_at_base_head_size_over_many_tiles(dtype):
+    """The fused Triton kernels compiled at `base`'s head size 64 over several 64-row tiles and distance blocks (150
+    queries, a memory of 70, positional keys shared by the batch, segments, a perm-style mask): output and every
+    gradient against the plain attention in fp32 (bf16: within its rounding); with dropout 0.1 the same seed gives
+    the same output and another seed another."""
+    from model_helpers import plain_relative_attention
+
+    from xlnet_lite.triton_attention import relative_attention
+
+    gen = torch.Generator().manual_seed(0)
+    batch, N, Q, M, D = 2, 2, 150, 70, 64
+    K = Q + M
+
+    def rand(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen)).to(CUDA)
+
+    exact = [rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, K, D),
+             rand(batch, N, K, D), rand(1, N, D, Q + K), rand(batch, N, Q, scale=0.1)]
+    exact = [t.requires_grad_() for t in exact]
+    given = [t.detach().to(dtype).requires_grad_() for t in exact]
+    seg_q = torch.randint(0, 2, (batch, Q), generator=gen).to(CUDA)
+    seg_k = torch.randint(0, 2, (batch, K), generator=gen).to(CUDA)
+    blocked = (torch.rand(batch, Q, K, generator=gen) < 0.4).to(CUDA)
+    qw, qr, k, v, kr, gain = given
+    terms = dict(qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q)
+    out = relative_attention(qw, k, v, **terms)
+    want = plain_relative_attention(*exact[:5], None, exact[5], seg_q, seg_k, blocked, Q)
+    grad_out = rand(*out.shape)
+    got_grads = torch.autograd.grad((out.float() * grad_out).sum(), given)
+    want_grads = torch.autograd.grad((want * grad_out).sum(), exact)
+    for a, b in zip((out, *got_grads), (want, *want_grads)):
+        if dtype == torch.float32:
+            close(a, b)
+        else:
+            assert ((a.float() - b).norm() / b.norm()).item() < 2e-2
+    with torch.no_grad():
+        dropped = []
+        for seed in (1, 1, 2):
+            torch.manual_seed(seed)
+            dropped.append(relative_attention(qw, k, v, dropout_p=0.1, **terms))
+    assert torch.equal(dropped[0], dropped[1]) and not torch.equal(dropped[0], dropped[2])
+    assert not torch.equal(dropped[0], out.detach())

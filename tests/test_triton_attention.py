@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
 
-from model_helpers import TINY, randomise, run_both, segments_and_left_padding, twins  # noqa: E402
+from model_helpers import TINY, plain_relative_attention, randomise, run_both, segments_and_left_padding, twins  # noqa: E402
 
 import xlnet_lite  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks  # noqa: E402
@@ -18,24 +18,13 @@ from xlnet_lite.triton_attention import relative_attention  # noqa: E402
 B, T, P = 3, 21, 5  # T not a multiple of the interpreter's 16-row tiles
 
 
-def reference(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, qlen):
-    """The same attention written plainly: every score materialised, rel_shift for the banded term."""
-    score = qw @ k.transpose(-1, -2)  # (B, N, Q, K)
-    score = score + (rel_shift(qr @ kr, qlen=qlen, klen=k.shape[2]) if kr is not None else pos)
-    if gain is not None:
-        score = score + gain[..., None] * (seg_q[:, None, :, None] == seg_k[:, None, None, :])
-    if blocked is not None:
-        score = score.masked_fill(blocked[:, None], float("-inf"))
-    prob = torch.nan_to_num(score.softmax(-1), nan=0.0)  # a row with every key blocked attends to nothing
-    return (prob @ v).transpose(1, 2)  # (B, Q, N, D)
-
-
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("banded", [True, False])
 def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     """Scores with every term (content, positional banded or dense, segments, perm-style masks with a row that sees
     nothing), 2 heads of size 12 (padded to 16 inside), queries and keys not multiples of the tile, a memory of 6;
-    positional keys shared by the batch or one per row (bi_data): output and the gradient of every input."""
+    positional keys shared by the batch or one per row (bi_data), a mask per row or shared by the batch ("uni"):
+    output and the gradient of every input."""
     gen = torch.Generator().manual_seed(seed)
     N, Q, M, D = 2, 19, 6, 12
     K, R = Q + M, 2 * Q + M
@@ -47,13 +36,13 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     kr = rand(B if seed == 2 else 1, N, D, R) if banded else None
     pos = None if banded else rand(B, N, Q, K)
     gain, seg_q, seg_k = rand(B, N, Q), torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
-    blocked = torch.rand(B, Q, K, generator=gen) < 0.5
-    blocked[1, 4] = True  # a query that may see no key
+    blocked = torch.rand(1 if seed == 1 else B, Q, K, generator=gen) < 0.5
+    blocked[-1, 4] = True  # a query that may see no key
     out = relative_attention(qw, k, v, qr=qr if banded else None, kr=kr, pos=pos, gain=gain, seg_q=seg_q, seg_k=seg_k,
                              blocked=blocked, qlen=Q)
-    expected = reference(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, Q)
+    expected = plain_relative_attention(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, Q)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    assert out[1, 4].abs().max() == 0
+    assert out[-1, 4].abs().max() == 0
     inputs = [t for t in (qw, qr if banded else None, k, v, kr, pos, gain) if t is not None]
     grad_out = torch.randn(out.shape, generator=gen)
     got = torch.autograd.grad((out * grad_out).sum(), inputs)
@@ -156,7 +145,7 @@ def test_dropout_inside_the_kernels_is_one_mask_forward_and_backward():
     with torch.no_grad():
         identity = torch.eye(K, D).expand(B, N, K, D)
         dropped = attention(identity, seed=1).transpose(1, 2)[..., :K]  # (B, N, Q, K): prob * mask / (1 - p)
-        prob = reference(qw, qr, k, identity, kr, None, gain, seg_q, seg_k, blocked, Q).transpose(1, 2)[..., :K]
+        prob = plain_relative_attention(qw, qr, k, identity, kr, None, gain, seg_q, seg_k, blocked, Q).transpose(1, 2)[..., :K]
     seen = prob > 1e-6  # (the ratio of smaller ones is rounding)
     scale = dropped[seen] / prob[seen]
     kept = (scale - 1 / (1 - p)).abs() < 1e-3
@@ -179,16 +168,27 @@ def test_dropout_inside_the_kernels_is_one_mask_forward_and_backward():
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
-def test_a_model_trains_with_attention_dropout_reproducibly():
-    """The model in training with dropout 0.1 on the kernels: the same torch seed gives the same loss and gradients,
-    another seed another loss, and neither is the loss without dropout."""
+def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
+    """The model in training with dropout 0.1 on the kernels: the kernels are given the rate (0 in eval), the same
+    torch seed gives the same loss and gradients, another seed another loss, and neither is the loss without
+    dropout."""
+    from xlnet_lite import triton_attention
+
+    rates, kernels = [], triton_attention.relative_attention
+
+    def recording(*args, **kwargs):
+        rates.append(kwargs["dropout_p"])
+        return kernels(*args, **kwargs)
+
+    monkeypatch.setattr(triton_attention, "relative_attention", recording)
     config = xlnet_lite.XLNetLiteConfig(**{**TINY, "dropout": 0.1})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=4).train()
     model.config._attn_implementation = TRITON_ATTENTION
-    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=2)
+    length, targets = 12, 3  # one tile: the interpreter's time goes to the other tests' sizes
+    perm_mask, target_mapping = xlnet_masks(B, length, targets, seed=2)
     gen = torch.Generator().manual_seed(3)
-    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=gen), perm_mask=perm_mask,
-                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, P), generator=gen))
+    inputs = dict(input_ids=torch.randint(0, 97, (B, length), generator=gen), perm_mask=perm_mask,
+                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, targets), generator=gen))
 
     def step(seed):
         torch.manual_seed(seed)
@@ -200,8 +200,10 @@ def test_a_model_trains_with_attention_dropout_reproducibly():
     (loss_a, grads_a), (loss_b, grads_b), (loss_c, _) = step(0), step(0), step(1)
     assert loss_a == loss_b and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
     assert loss_c != loss_a
+    assert set(rates) == {0.1} and len(rates) == 3 * 3  # 3 steps of 2 layers' query streams and 1 content stream
     with torch.no_grad():
         assert model.eval()(**inputs).loss.item() not in (loss_a, loss_c)
+    assert set(rates[9:]) == {0.0}
 
 
 def test_compiled_whole_with_the_kernels_inside():

@@ -19,8 +19,9 @@ index) comes in one of two forms:
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
 Inputs are projected and biased by the caller (autograd takes the biases' gradients), so the kernels see plain
-tensors. On a CPU the kernels run only in Triton's interpreter (TRITON_INTERPRET=1 before the first use: slow, for
-checking them). No dropout on the probabilities.
+tensors. Dropout on the probabilities is drawn inside (Philox, from a seed and each score's index, so the backward
+kernels redraw the forward's mask). On a CPU the kernels run only in Triton's interpreter (TRITON_INTERPRET=1 before
+the first use: slow, for checking them).
 """
 
 from __future__ import annotations
@@ -267,7 +268,8 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
         offs_r = r0 + offs_c
         krb = tl.load(KR + b * skr_b + n * skr_n + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r,
                       mask=(offs_d[:, None] < D) & (offs_r[None, :] < R), other=0.0)  # (BLOCK_D, BLOCK)
-        for m0 in range(0, Q, BLOCK):
+        # only the query blocks some of whose keys j = r - qlen + i fall in [0, K) for a distance r of the block
+        for m0 in range(tl.maximum(qlen - r0 - BLOCK + 1, 0) // BLOCK * BLOCK, tl.minimum(Q, qlen - r0 + K), BLOCK):
             offs_m = m0 + offs_a
             q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
             q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
@@ -307,18 +309,26 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
 # The operators
 
 
-# Launch settings on CUDA: rows (and keys) per tile and warps per program (benchmarks/bench_triton_attention.py
-# times the choices). The interpreter takes 16-row tiles (numpy: small tiles run faster).
-CUDA_TILE = 64
-CUDA_WARPS = 4
+# Launch settings on CUDA: rows (and keys) per tile, warps per program, and software-pipeline stages. Compiled for
+# an H100 with every term on at `base`'s head size 64 (benchmarks/triton_resources.py, results/gpu/
+# triton_resources_sm90_*.json): 64-row tiles spill 0.5-3.5 KB a thread to local memory (4 warps) or 0.5-1.3 KB
+# (8 warps); 32-row tiles with 8 warps spill nothing and need at most 49 KiB of shared memory in bf16. In fp32 one
+# stage keeps the kernels within an H100's shared memory (three would need 330 KiB for dkr at 64-row tiles), and dkr
+# takes one stage in any precision (at 64-row tiles two would pass the 99 KiB of sm_86/89 cards).
+# benchmarks/bench_triton_attention.py times tiles and warps on a GPU.
+CUDA_TILE = 32
+CUDA_WARPS = 8
 
 
-def _blocks(device, d):
-    """(BLOCK_M = BLOCK_N, BLOCK_D, launch options): the head size padded to a power of two of at least 16 (tl.dot's
-    smallest)."""
-    if device.type == "cuda":
-        return CUDA_TILE, max(16, triton.next_power_of_2(d)), dict(num_warps=CUDA_WARPS)
-    return 16, max(16, triton.next_power_of_2(d)), {}
+def _blocks(device, d, dtype):
+    """(BLOCK_M = BLOCK_N, BLOCK_D, launch options of the first three kernels, of dkr): the head size padded to a
+    power of two of at least 16 (tl.dot's smallest). The interpreter takes 16-row tiles (numpy: small ones run
+    faster) and no launch options."""
+    block_d = max(16, triton.next_power_of_2(d))
+    if device.type != "cuda":
+        return 16, block_d, {}, {}
+    stages = 1 if dtype == torch.float32 else 2
+    return CUDA_TILE, block_d, dict(num_warps=CUDA_WARPS, num_stages=stages), dict(num_warps=CUDA_WARPS, num_stages=1)
 
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
@@ -338,9 +348,10 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     None; blocked (B or 1, Q, K) bool or None; seed (1,) int64, the dropout's, or None with dropout_p 0. Returns out
     (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
+    _check_layout(qw, qr, k, v, kr, gain, blocked)
     out, lse = _forward_outputs(qw)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
-    block, block_d, launch = _blocks(qw.device, D)
+    block, block_d, launch, _ = _blocks(qw.device, D, qw.dtype)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
         *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, k.shape[2], args.R, D, qlen, dropout_p,
         BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
@@ -361,7 +372,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
-    block, block_d, launch = _blocks(qw.device, D)
+    block, block_d, launch, dkr_launch = _blocks(qw.device, D, qw.dtype)
     common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
@@ -376,7 +387,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_, qr_, k_, v_, kr_, *rest, dout, lse, delta, dkr, *strides, *_out_strides(dout), B, N, Q, K, args.R,
             D, qlen, dropout_p, kr.shape[0], BLOCK=block, BLOCK_D=block_d,
-            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")}, **launch)
+            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")}, **dkr_launch)
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 
@@ -408,6 +419,18 @@ def _gradients(ctx, dout, _dlse):
 
 
 _forward.register_autograd(_gradients, setup_context=_setup_context)
+
+
+def _check_layout(qw, qr, k, v, kr, gain, blocked):
+    """What the kernels assume of the operator's inputs (relative_attention gives it; a direct call may not)."""
+    B = qw.shape[0]
+    if qr.stride() != qw.stride() or any(t.stride(-1) != 1 for t in (qw, k, v)):
+        raise ValueError("relative_attention's kernels need qr laid out as qw and unit-stride heads in qw, k and v")
+    for name, t in (("kr", kr), ("blocked", blocked)):
+        if t is not None and t.shape[0] not in (1, B):
+            raise ValueError(f"relative_attention: {name} has {t.shape[0]} rows, not 1 or the batch's {B}")
+    if gain is not None and not gain.is_contiguous():
+        raise ValueError("relative_attention's kernels need a contiguous gain")
 
 
 class _Operands:
