@@ -241,3 +241,26 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert set(rows) == {"sdpa_path", "triton_tile16_warps1"}
     assert rows["triton_tile16_warps1"]["max_abs_diff_vs_sdpa"] < 1e-5 and rows["sdpa_path"]["median_s"] > 0
+
+
+def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
+    """benchmarks/triton_resources.py compiles the four kernels for sm_90 here (no GPU needed) at the CUDA defaults
+    in bf16: each fits an H100's shared memory and spills nothing to local memory (a change that raises register
+    pressure past the limit fails here before it reaches a GPU)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from xlnet_lite import triton_attention
+
+    out = tmp_path / "resources.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    subprocess.run([sys.executable, "-m", "benchmarks.triton_resources", "--dtypes", "bf16", "--tiles",
+                    str(triton_attention.CUDA_TILE), "--warps", str(triton_attention.CUDA_WARPS), "--stages", "2",
+                    "--out", str(out)], check=True, env=env, capture_output=True, timeout=600,
+                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["kernel"] for r in rows] == ["forward", "dk_dv", "dq", "dkr"]
+    for row in rows:
+        assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] == 0, row
