@@ -70,31 +70,46 @@ def triton_path(x, dropout):
                               seg_k=x["seg_k"], blocked=x["blocked"], dropout_p=dropout, qlen=x["Q"])
 
 
-def tiled(tile, warps):
-    """The Triton path at one launch setting."""
-    from xlnet_lite import triton_attention
+class Tiled:
+    """The Triton path at one launch setting, forward and backward (the module's CUDA settings swapped in for the
+    step and put back after it)."""
 
-    def run(x, dropout):
-        triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = tile, warps
-        return triton_path(x, dropout)
+    def __init__(self, tile, warps):
+        self.tile, self.warps = tile, warps
 
-    return run
+    def __call__(self, x, dropout, backward=True):
+        from xlnet_lite import triton_attention
+
+        saved = triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS
+        triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = self.tile, self.warps
+        try:
+            return step(triton_path, x, dropout, backward)
+        finally:
+            triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = saved
+
+
+def step(path, x, dropout, backward=True):
+    """The path's output; with backward, its backward pass run too (the inputs' gradients cleared first)."""
+    if not backward:
+        return path(x, dropout)
+    for name in ("qw", "qr", "k", "v", "kr", "gain"):
+        x[name].grad = None
+    out = path(x, dropout)
+    out.backward(x["grad"])
+    return out
 
 
 def timed_step(fn, x, dropout, device):
     """Seconds of one forward + backward."""
-    leaves = [x[k] for k in ("qw", "qr", "k", "v", "kr", "gain")]
-    for t in leaves:
-        t.grad = None
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(x, dropout).backward(x["grad"])
+        fn(x, dropout)
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1000
     t0 = time.perf_counter()
-    fn(x, dropout).backward(x["grad"])
+    fn(x, dropout)
     return time.perf_counter() - t0
 
 
@@ -128,10 +143,11 @@ def main(argv=None):
         parser.error("without CUDA only --shape tiny runs (in Triton's interpreter, to check the script)")
     shape = SHAPES[args.shape]
     x = make_inputs(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    rows = {"sdpa_path": sdpa_path, **{f"triton_tile{t}_warps{w}": tiled(t, w) for t, w in TILES[device.type]}}
+    rows = {"sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
+            **{f"triton_tile{t}_warps{w}": Tiled(t, w) for t, w in TILES[device.type]}}
     with torch.no_grad():
         reference = sdpa_path(x, 0.0).float()
-        error = {n: (fn(x, 0.0).float() - reference).abs().max().item() for n, fn in rows.items()}
+        error = {n: (fn(x, 0.0, backward=False).float() - reference).abs().max().item() for n, fn in rows.items()}
     times = {n: [] for n in rows}
     for i in range(args.warmup + args.runs):
         for n in list(rows)[i % len(rows):] + list(rows)[:i % len(rows)]:  # the order rotating every run

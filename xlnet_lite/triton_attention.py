@@ -42,34 +42,65 @@ except ImportError as error:
 
 
 @triton.jit
-def _tile_scores(qw, qr, kt, krt, pos_ptrs, pos_mask, gain, seg_q, segk_ptrs, blk_ptrs, offs_m, offs_n, Q, K,
+def _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
+                 skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D, qlen,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BAND: tl.constexpr, HAS_SEG: tl.constexpr,
                  HAS_MASK: tl.constexpr, PREC: tl.constexpr):
-    """Scores of one (BLOCK_M, BLOCK_N) tile in fp32, -inf where the key is blocked or past the keys. kt
-    (BLOCK_D, BLOCK_N): the keys, transposed; krt (BLOCK_D, BLOCK_M + BLOCK_N): the tile's band of positional keys."""
+    """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
+    the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed. Also returns the band of positional keys it read
+    (BLOCK_D, BLOCK_M + BLOCK_N) (BAND; kt otherwise)."""
+    krt = kt
+    if BAND:
+        krt = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
     s = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N)
     if BAND:
         band = tl.dot(qr, krt, input_precision=PREC)  # (BLOCK_M, BLOCK_M + BLOCK_N): row a, distance band c
         shift = tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + (BLOCK_M - 1)  # c of (a, b)
         s += tl.gather(band, shift, 1)
     else:
-        s += tl.load(pos_ptrs, mask=pos_mask, other=0.0).to(tl.float32)
+        pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
+        s += tl.load(pos, mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K), other=0.0).to(tl.float32)
     if HAS_SEG:
-        seg_k = tl.load(segk_ptrs, mask=offs_n < K, other=-1)
+        seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1)
         s += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
     visible = (offs_n < K)[None, :] & (offs_m < Q)[:, None]
     if HAS_MASK:
-        visible &= tl.load(blk_ptrs, mask=visible, other=1) == 0
-    return tl.where(visible, s, float("-inf"))
+        blk = BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j
+        visible &= tl.load(blk, mask=visible, other=1) == 0
+    return tl.where(visible, s, float("-inf")), krt
+
+
+@triton.jit
+def _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D,
+                 HAS_SEG: tl.constexpr):
+    """A block of queries: qw and qr (BLOCK_M, BLOCK_D), the segment gain and ids of its rows; and the block's mask
+    and offsets in qw's layout (the queries' gradients are stored alike)."""
+    q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
+    q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
+    qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
+    qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
+    gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
+    seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
+    return qw, qr, gain, seg_q, q_ok, q_off
+
+
+@triton.jit
+def _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q):
+    """At a block of queries: the output's gradient (BLOCK_M, BLOCK_D), the rows' log-sum-exp (inf past the queries,
+    so their probabilities are 0) and delta = rowsum(dO * O)."""
+    do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
+    lse = tl.load(LSE + bn * Q + offs_m, mask=offs_m < Q, other=float("inf"))
+    delta = tl.load(DELTA + bn * Q + offs_m, mask=offs_m < Q, other=0.0)
+    return do, lse, delta
 
 
 @triton.jit
 def _band_keys(kr_base, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The positional keys a tile at rows m0.., keys n0.. reads: distances qlen - (m0 + BLOCK_M - 1) + n0 + c for c
-    in [0, BLOCK_M + BLOCK_N), transposed (BLOCK_D, BLOCK_M + BLOCK_N); and those distances."""
+    in [0, BLOCK_M + BLOCK_N), transposed (BLOCK_D, BLOCK_M + BLOCK_N); 0 past either end of R."""
     offs_r = qlen - (m0 + BLOCK_M - 1) + n0 + tl.arange(0, BLOCK_M + BLOCK_N)
     ok = (offs_d[:, None] < D) & (offs_r[None, :] >= 0) & (offs_r[None, :] < R)
-    return tl.load(kr_base + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r, mask=ok, other=0.0), offs_r
+    return tl.load(kr_base + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r, mask=ok, other=0.0)
 
 
 @triton.jit
@@ -90,12 +121,8 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
     offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
-    q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
-    q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
-    qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
-    qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
-    gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
-    seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
+    qw, qr, gain, seg_q, q_ok, _ = _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b,
+                                                Q, D, HAS_SEG)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -103,14 +130,9 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        krt = kt
-        if BAND:
-            krt, _ = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
-        tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
-        s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile,
-                         (offs_m[:, None] < Q) & (offs_n[None, :] < K), gain, seg_q, SEGK + b * ssk_b + offs_n,
-                         BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
-                         BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
+                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D,
+                              qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf - 0) = 0
         p = tl.exp(s - m_use[:, None])
@@ -148,23 +170,12 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, L
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     for m0 in range(0, Q, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
-        q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
-        q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
-        qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
-        qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
-        do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
-        gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
-        seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
-        lse = tl.load(LSE + bn * Q + offs_m, mask=offs_m < Q, other=float("inf"))
-        delta = tl.load(DELTA + bn * Q + offs_m, mask=offs_m < Q, other=0.0)
-        krt = kt
-        if BAND:
-            krt, _ = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
-        tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
-        s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile,
-                         (offs_m[:, None] < Q) & (offs_n[None, :] < K), gain, seg_q, SEGK + b * ssk_b + offs_n,
-                         BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
-                         BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        qw, qr, gain, seg_q, q_ok, _ = _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m,
+                                                    ssq_b, Q, D, HAS_SEG)
+        do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
+        s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
+                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D,
+                              qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
@@ -194,15 +205,9 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
     offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
-    q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
-    q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
-    qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
-    qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
-    do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
-    gain = tl.load(GAIN + bn * Q + offs_m, mask=offs_m < Q, other=0.0) if HAS_SEG else 0.0
-    seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2) if HAS_SEG else 0
-    lse = tl.load(LSE + bn * Q + offs_m, mask=offs_m < Q, other=float("inf"))
-    delta = tl.load(DELTA + bn * Q + offs_m, mask=offs_m < Q, other=0.0)
+    qw, qr, gain, seg_q, q_ok, q_off = _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m,
+                                                    ssq_b, Q, D, HAS_SEG)
+    do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
     dqw = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dqr = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dgain = tl.zeros([BLOCK_M], tl.float32)
@@ -215,15 +220,9 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        krt = kt
-        if BAND:
-            krt, _ = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
-        tile = offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
-        tile_ok = (offs_m[:, None] < Q) & (offs_n[None, :] < K)
-        s = _tile_scores(qw, qr, kt, krt, POS + b * sp_b + n * sp_n + tile, tile_ok, gain, seg_q,
-                         SEGK + b * ssk_b + offs_n,
-                         BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j, offs_m, offs_n, Q, K,
-                         BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
+                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D,
+                              qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         p = tl.exp(s - lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
@@ -235,7 +234,7 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
             dqr += tl.dot(dband.to(krt.dtype), tl.trans(krt), input_precision=PREC)
         else:
             tl.store(DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :], ds.to(DPOS.dtype.element_ty),
-                     mask=tile_ok)
+                     mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K))
         if HAS_SEG:
             seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1)
             dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
@@ -271,13 +270,9 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
         # only the query blocks some of whose keys j = r - qlen + i fall in [0, K) for a distance r of the block
         for m0 in range(tl.maximum(qlen - r0 - BLOCK + 1, 0) // BLOCK * BLOCK, tl.minimum(Q, qlen - r0 + K), BLOCK):
             offs_m = m0 + offs_a
-            q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
-            q_off = b * sq_b + n * sq_n + offs_m[:, None] * sq_m + offs_d[None, :]
-            qw = tl.load(QW + q_off, mask=q_ok, other=0.0)
-            qr = tl.load(QR + q_off, mask=q_ok, other=0.0)
-            do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
-            lse = tl.load(LSE + (b * N + n) * Q + offs_m, mask=offs_m < Q, other=float("inf"))
-            delta = tl.load(DELTA + (b * N + n) * Q + offs_m, mask=offs_m < Q, other=0.0)
+            qw, qr, gain, seg_q, q_ok, _ = _query_block(QW, QR, GAIN, SEGQ, b, n, b * N + n, offs_m, offs_d, sq_b,
+                                                        sq_n, sq_m, ssq_b, Q, D, HAS_SEG)
+            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, b * N + n, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
             j0 = r0 - qlen + m0
             slab_ok = ((j0 + offs_t)[None, :] >= 0) & ((j0 + offs_t)[None, :] < K) & (offs_d[:, None] < D)
             kt = tl.load(KEY + b * sk_b + n * sk_n + (j0 + offs_t)[None, :] * sk_j + offs_d[:, None], mask=slab_ok,
@@ -289,8 +284,6 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
             key = j0 + slab_of  # (BLOCK, BLOCK)
             visible = (key >= 0) & (key < K) & (offs_m[:, None] < Q) & ((r0 + offs_c)[None, :] < R)
             if HAS_SEG:
-                gain = tl.load(GAIN + (b * N + n) * Q + offs_m, mask=offs_m < Q, other=0.0)
-                seg_q = tl.load(SEGQ + b * ssq_b + offs_m, mask=offs_m < Q, other=-2)
                 seg_k = tl.load(SEGK + b * ssk_b + key, mask=visible, other=-1)
                 s += tl.where(seg_q[:, None] == seg_k, gain[:, None], 0.0)
             if HAS_MASK:
