@@ -258,7 +258,8 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     out = tmp_path / "resources.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     subprocess.run([sys.executable, "-m", "benchmarks.triton_resources", "--dtypes", "bf16", "--tiles",
-                    str(triton_attention.CUDA_TILE), "--warps", str(triton_attention.CUDA_WARPS), "--stages", "2",
+                    str(triton_attention.CUDA_TILE), "--warps", str(triton_attention.CUDA_WARPS), "--stages",
+                    str(triton_attention.CUDA_STAGES),
                     "--out", str(out)], check=True, env=env, capture_output=True, timeout=600,
                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     rows = json.loads(out.read_text())["rows"]

@@ -302,15 +302,17 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
 # The operators
 
 
-# Launch settings on CUDA: rows (and keys) per tile, warps per program, and software-pipeline stages. Compiled for
-# an H100 with every term on at `base`'s head size 64 (benchmarks/triton_resources.py, results/gpu/
-# triton_resources_sm90_*.json): 64-row tiles spill 0.5-3.5 KB a thread to local memory (4 warps) or 0.5-1.3 KB
-# (8 warps); 32-row tiles with 8 warps spill nothing and need at most 49 KiB of shared memory in bf16. In fp32 one
-# stage keeps the kernels within an H100's shared memory (three would need 330 KiB for dkr at 64-row tiles), and dkr
-# takes one stage in any precision (at 64-row tiles two would pass the 99 KiB of sm_86/89 cards).
-# benchmarks/bench_triton_attention.py times tiles and warps on a GPU.
+# Launch settings on CUDA: rows (and keys) per tile, warps per program, and software-pipeline stages in bf16 or fp16
+# (fp32 and dkr take one). Compiled for an H100 with every term on at `base`'s head size 64
+# (benchmarks/triton_resources.py, results/gpu/triton_resources_sm90_*.json): 64-row tiles spill 1.2-3.4 KB a
+# thread to local memory with 4 warps, 0.5-1.4 KB with 8; 32-row tiles with 8 warps and 3 stages spill nothing and
+# need at most 37 KiB of shared memory in bf16 (dkr 32 at one stage). In fp32 one stage keeps every kernel within
+# 64 KiB (at 64-row tiles three would need 330 KiB for dkr, past an H100's 227); dkr at one stage in any precision
+# stays within the 99 KiB of sm_86/89 cards whatever the tile. benchmarks/bench_triton_attention.py times tiles and
+# warps on a GPU.
 CUDA_TILE = 32
 CUDA_WARPS = 8
+CUDA_STAGES = 3
 
 
 def _blocks(device, d, dtype):
@@ -320,7 +322,7 @@ def _blocks(device, d, dtype):
     block_d = max(16, triton.next_power_of_2(d))
     if device.type != "cuda":
         return 16, block_d, {}, {}
-    stages = 1 if dtype == torch.float32 else 2
+    stages = 1 if dtype == torch.float32 else CUDA_STAGES
     return CUDA_TILE, block_d, dict(num_warps=CUDA_WARPS, num_stages=stages), dict(num_warps=CUDA_WARPS, num_stages=1)
 
 
