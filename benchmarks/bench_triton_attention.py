@@ -163,7 +163,8 @@ def main(argv=None):
         memory = results[n]["step_memory_bytes"]
         print(f"{n:<24} {1000 * t:9.2f} ms {flops / t / 1e12:7.1f} TFLOP/s "
               f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}", flush=True)
-    write_json(args.out, dict(command="python -m benchmarks.bench_triton_attention " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python -m benchmarks.bench_triton_attention " + " ".join(sys.argv[1:] if argv is None else argv)
+    write_json(args.out, dict(command=command,
                               environment=environment(), shape=shape, dropout=args.dropout, matmul_flops=flops,
                               rows=results))
 

@@ -115,7 +115,8 @@ def main(argv=None):
             print(f"{dtype:<5} {name:<8} {tile:>4} {warps:>5} {stages:>6} {row['shared_bytes'] / 1024:10.1f} "
                   f"{str(row['fits']):>5} {row['registers']!s:>5} {row['spill_stores']!s:>8} "
                   f"{row['spill_loads']!s:>8}", flush=True)
-    write_json(args.out, dict(command="python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv)
+    write_json(args.out, dict(command=command,
                               environment=environment(), triton=triton.__version__, arch=args.arch,
                               shared_limit_bytes=limit, rows=rows))
 

@@ -3,12 +3,16 @@ the kernels against a plain PyTorch reference, forward and every gradient, and t
 transformers' XLNet (forward) and against its own explicit kernel (a training step's gradients). On a GPU the same
 kernels are compiled; tests/test_gpu.py runs them there."""
 
+import sys
+
 import pytest
 import torch
 
 pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
 
-from model_helpers import TINY, plain_relative_attention, randomise, run_both, segments_and_left_padding, twins  # noqa: E402
+from model_helpers import (  # noqa: E402
+    TINY, plain_relative_attention, randomise, run_both, segments_and_left_padding, twins,
+)
 
 import xlnet_lite  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks  # noqa: E402
@@ -35,7 +39,8 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     qw, qr, k, v = rand(B, N, Q, D), rand(B, N, Q, D), rand(B, N, K, D), rand(B, N, K, D)
     kr = rand(B if seed == 2 else 1, N, D, R) if banded else None
     pos = None if banded else rand(B, N, Q, K)
-    gain, seg_q, seg_k = rand(B, N, Q), torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
+    gain = rand(B, N, Q)
+    seg_q, seg_k = torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
     blocked = torch.rand(1 if seed == 1 else B, Q, K, generator=gen) < 0.5
     blocked[-1, 4] = True  # a query that may see no key
     out = relative_attention(qw, k, v, qr=qr if banded else None, kr=kr, pos=pos, gain=gain, seg_q=seg_q, seg_k=seg_k,
@@ -145,7 +150,8 @@ def test_dropout_inside_the_kernels_is_one_mask_forward_and_backward():
     with torch.no_grad():
         identity = torch.eye(K, D).expand(B, N, K, D)
         dropped = attention(identity, seed=1).transpose(1, 2)[..., :K]  # (B, N, Q, K): prob * mask / (1 - p)
-        prob = plain_relative_attention(qw, qr, k, identity, kr, None, gain, seg_q, seg_k, blocked, Q).transpose(1, 2)[..., :K]
+        prob = plain_relative_attention(qw, qr, k, identity, kr, None, gain, seg_q, seg_k, blocked, Q)
+        prob = prob.transpose(1, 2)[..., :K]
     seen = prob > 1e-6  # (the ratio of smaller ones is rounding)
     scale = dropped[seen] / prob[seen]
     kept = (scale - 1 / (1 - p)).abs() < 1e-3
@@ -266,3 +272,40 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     assert [r["kernel"] for r in rows] == ["forward", "dk_dv", "dq", "dkr"]
     for row in rows:
         assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 64, row
+
+
+def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
+    """benchmarks/run_triton_on_gpu.sh, run with a `python3` that only records its arguments: its test selection
+    collects the kernels' CUDA tests, and every benchmark row and profile variant it names exists."""
+    import subprocess
+    from pathlib import Path
+
+    from benchmarks import bench_gpu
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "python3"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(mktemp -p "$CALLS")"\n')
+    fake.chmod(0o755)
+    (tmp_path / "calls").mkdir()
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(repo / "benchmarks" / "run_triton_on_gpu.sh")], capture_output=True, text=True,
+                          cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    calls = {}
+    for f in (tmp_path / "calls").iterdir():
+        args = f.read_text().splitlines()
+        if args[0] == "-m":
+            calls.setdefault(args[1], []).append(args[2:])
+    (pytest_args,), (gpu_args,) = calls["pytest"], calls["benchmarks.bench_gpu"]
+    (profile_args,) = calls["benchmarks.profile_gpu"]
+    selection = pytest_args[pytest_args.index("-k") + 1]
+    collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-k", selection,
+                                "--collect-only", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
+                               cwd=repo)
+    names = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert len(names) == 14 and all("triton" in n for n in names), collected.stdout[-2000:]
+    variants = gpu_args[gpu_args.index("--variants") + 1:gpu_args.index("--out")]
+    assert variants and set(variants) <= set(bench_gpu.NAMES) and any("triton" in v for v in variants)
+    assert profile_args[profile_args.index("--variant") + 1] in bench_gpu.NAMES
+    assert sorted(a[a.index("--dropout") + 1] for a in calls["benchmarks.bench_triton_attention"]) == ["0", "0.1"]

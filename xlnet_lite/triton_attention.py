@@ -131,8 +131,8 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D,
-                              qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j,
+                              Q, K, R, D, qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf - 0) = 0
         p = tl.exp(s - m_use[:, None])
@@ -148,7 +148,8 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
     out = acc / tl.where(has_key, l_i, 1.0)[:, None]
     tl.store(OUT + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=q_ok)
-    tl.store(LSE + bn * Q + offs_m, tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf")), mask=offs_m < Q)
+    lse = tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf"))
+    tl.store(LSE + bn * Q + offs_m, lse, mask=offs_m < Q)
 
 
 @triton.jit
@@ -174,8 +175,8 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, L
                                                     ssq_b, Q, D, HAS_SEG)
         do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
         s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D,
-                              qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j,
+                              Q, K, R, D, qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
@@ -221,8 +222,8 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
         s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D,
-                              qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j,
+                              Q, K, R, D, qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
         p = tl.exp(s - lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
@@ -295,7 +296,8 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
             ds = p * (dp - delta[:, None])
             dkr += tl.dot(tl.trans(ds).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK, BLOCK_D)
     offs_r = r0 + offs_c
-    tl.store(DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr, mask=(offs_r[:, None] < R) & (offs_d[None, :] < D))
+    tl.store(DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr,
+             mask=(offs_r[:, None] < R) & (offs_d[None, :] < D))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -331,8 +333,8 @@ def _blocks(device, d, dtype):
 _FORWARD_SCHEMA = ("(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
                    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen) -> (Tensor, Tensor)")
 _BACKWARD_SCHEMA = ("(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
-                    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, Tensor lse, "
-                    "int qlen) -> "
+                    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, "
+                    "Tensor lse, int qlen) -> "
                     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
@@ -468,10 +470,10 @@ def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q
 
     qw (B, N, Q, D): the queries plus u, scaled by 1 / sqrt(D); k, v (B, N, K, D); either qr (the queries plus v,
     scaled) with kr (B or 1, N, D, R), the projected positional keys, for the banded term of the content stream
-    (query i at position i), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled segment
-    term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None); blocked
-    (B or 1, Q, K) bool; dropout_p: dropout on the probabilities (after the softmax, inverted), its mask drawn by
-    Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D); rows whose
+    (query i at position i), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled
+    segment term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None);
+    blocked (B or 1, Q, K) bool; dropout_p: dropout on the probabilities (after the softmax, inverted), its mask drawn
+    by Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D); rows whose
     keys are all blocked are 0.
     """
     if (kr is None) == (pos is None) or (kr is None) != (qr is None):
