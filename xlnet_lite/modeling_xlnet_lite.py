@@ -382,6 +382,12 @@ def matmul_operand(x):
     return x
 
 
+def biased(q, bias):
+    """q + a per-head bias, the bias in q's dtype: under autocast q is bf16 and an fp32 bias would promote the sums
+    to fp32. q (B, N, Q, D), bias (N, D)."""
+    return q + bias.to(q.dtype)[:, None]
+
+
 class XLNetLiteRelativeAttention(nn.Module):
     """Relative multi-head attention; one core serves the content stream and the query stream."""
 
@@ -453,13 +459,11 @@ class XLNetLiteRelativeAttention(nn.Module):
         if kernel == TRITON_ATTENTION:
             return triton_attend(self, q, keys, biases=biases, seg_q=seg_q, seg_keys=seg_keys, blocked=blocked,
                                  query_pos=query_pos, qlen=qlen), None
-        # the biases in q's dtype: under autocast q is bf16 and an fp32 bias would promote the sums to fp32
-        pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * self.scale, kr, qlen=qlen, klen=k.shape[2],
+        pos = positional_term(biased(q, v_bias) * self.scale, kr, qlen=qlen, klen=k.shape[2],
                               query_pos=query_pos)  # (B, N, Q, K)
-        q_aug = q + u.to(q.dtype)[:, None]
+        q_aug = biased(q, u)
         if seg_q is not None:
-            seg = (q + b.to(q.dtype)[:, None]) @ self.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
-            gain = seg[..., :1] - seg[..., 1:]  # (B, N, Q, 1): what a same-segment key adds
+            gain = segment_gain(self, q, b)[..., None]  # (B, N, Q, 1): what a same-segment key adds
             if seg_classes:
                 same_q = F.one_hot(seg_q, seg_classes).to(q.dtype)[:, None]  # (B, 1, Q, C)
                 q_aug = torch.cat([q_aug, gain * same_q], dim=-1)  # (B, N, Q, D + C)
@@ -596,9 +600,9 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     B, N, Q, _ = q.shape
     if Q == 0:  # no query rows (an empty target_mapping): flex_attention's reference path cannot index them
         return q.new_zeros(B, 0, N * v.shape[-1])
-    pos = positional_term((q + v_bias.to(q.dtype)[:, None]) * attn.scale, kr, qlen=qlen, klen=k.shape[2],
+    pos = positional_term(biased(q, v_bias) * attn.scale, kr, qlen=qlen, klen=k.shape[2],
                           query_pos=query_pos)  # (B, N, Q, K)
-    gain = None if seg_q is None else segment_gain(attn, q, b).contiguous()  # (B, N, Q)
+    gain = None if seg_q is None else (segment_gain(attn, q, b) * attn.scale).contiguous()  # (B, N, Q)
     if seg_q is not None:
         seg_q, seg_keys = seg_q.contiguous(), seg_keys.contiguous()  # (B, Q), (B, K)
     blocked = None if blocked is None else blocked[:, 0].expand(B, -1, -1)  # (B, Q, K)
@@ -611,16 +615,16 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
             score = torch.where(blocked[bi, i, j], -float("inf"), score)
         return score
 
-    q_aug = q + u.to(q.dtype)[:, None]
+    q_aug = biased(q, u)
     out = flex_attention_kernel(q.device)(q_aug, k, v, score_mod=score_mod, scale=attn.scale)  # (B, N, Q, D)
     return out.transpose(1, 2).flatten(2)
 
 
 def segment_gain(attn, q, b):
-    """(q + b)(s_same - s_diff) / sqrt(D): what a key in the query's own segment adds to its score, for the kernels
-    that add the segment term inside (flex_attention, Triton). q (B, N, Q, D) -> (B, N, Q)."""
-    seg = (q + b.to(q.dtype)[:, None]) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
-    return (seg[..., 0] - seg[..., 1]) * attn.scale
+    """(q + b)(s_same - s_diff), before the 1 / sqrt(D): what a key in the query's own segment adds to its score
+    (the first part, (q + b)s_diff, is the same for every key of a row). q (B, N, Q, D) -> (B, N, Q)."""
+    seg = biased(q, b) @ attn.seg_embed.permute(1, 2, 0)  # (B, N, Q, 2): same, different
+    return seg[..., 0] - seg[..., 1]
 
 
 TRITON_ATTENTION = "xlnet_lite_triton"
@@ -637,14 +641,14 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
 
     k, v, kr = keys
     u, v_bias, b = biases
-    qr = (q + v_bias.to(q.dtype)[:, None]) * attn.scale
+    qr = biased(q, v_bias) * attn.scale
     if query_pos is None:  # the content stream: query i at position i, the banded form
         positional = dict(qr=qr, kr=kr)
     else:
         positional = dict(pos=positional_term(qr, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos))
     out = relative_attention(
-        (q + u.to(q.dtype)[:, None]) * attn.scale, k, v, **positional, qlen=qlen,
-        gain=None if seg_q is None else segment_gain(attn, q, b), seg_q=seg_q, seg_k=seg_keys,
+        biased(q, u) * attn.scale, k, v, **positional, qlen=qlen,
+        gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale, seg_q=seg_q, seg_k=seg_keys,
         blocked=None if blocked is None else blocked[:, 0], dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
     return out.flatten(2)
