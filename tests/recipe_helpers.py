@@ -84,6 +84,20 @@ def cli(script, *args, env=None, cwd=None, timeout=300):
                           timeout=timeout)
 
 
+def run_recording_python3(script, cwd, **env):
+    """A bash script of the repository (the GPU commands) run in `cwd` with a `python3` on PATH that only records
+    its arguments (no GPU, no run). Returns the finished process and each python3 call's arguments."""
+    bin_dir, calls = cwd / "bin", cwd / "calls"
+    bin_dir.mkdir(exist_ok=True)
+    calls.mkdir(exist_ok=True)
+    fake = bin_dir / "python3"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(mktemp -p "$CALLS")"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), **env}
+    done = subprocess.run(["bash", str(REPO / script)], capture_output=True, text=True, cwd=cwd, env=env)
+    return done, [f.read_text().splitlines() for f in calls.iterdir()]
+
+
 def command(script, *args):
     """A recipe's command line in this process, judged like `cli`'s: what `python script args` writes to stdout and
     stderr and its exit status, through the same entry point (xlnet_lite.training.exit_on_recipe_error), without the

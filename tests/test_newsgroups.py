@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import compare_init
+from recipe_helpers import run_recording_python3
 from xlnet_lite import embedded_datasets
 from xlnet_lite.classification_data import Split, first_per_class, load_splits
 
@@ -506,19 +507,8 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
 
 def run_compute_script(tmp_path, **env):
     """benchmarks/run_compute_on_gpu.sh with a `python3` on PATH that only records its arguments (no GPU, no run)."""
-    repo = Path(__file__).resolve().parents[1]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "python3"
-    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(mktemp -p "$CALLS")"\n')
-    fake.chmod(0o755)
-    calls = tmp_path / "calls"
-    calls.mkdir(exist_ok=True)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "OUT": str(tmp_path / "out"),
-           "WORK": str(tmp_path / "work"), "SEEDS": "0", "SPECS": "all:3", **env}
-    done = subprocess.run(["bash", str(repo / "benchmarks" / "run_compute_on_gpu.sh")], capture_output=True, text=True,
-                          cwd=tmp_path, env=env)
-    return done, [f.read_text().splitlines() for f in calls.iterdir()]
+    return run_recording_python3("benchmarks/run_compute_on_gpu.sh", tmp_path, **{
+        "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "SEEDS": "0", "SPECS": "all:3", **env})
 
 
 @pytest.mark.parametrize("flags, expected", [("", "--num_train_epochs 3"),

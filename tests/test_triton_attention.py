@@ -56,6 +56,22 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
+def pretraining_batch(seed, length=T, targets=P):
+    """A batch of the pretraining recipe's kind: tokens, factorization masks and targets, their labels."""
+    perm_mask, target_mapping = xlnet_masks(B, length, targets, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return dict(input_ids=torch.randint(0, 97, (B, length), generator=gen), perm_mask=perm_mask,
+                target_mapping=target_mapping, labels=torch.randint(0, 97, (B, targets), generator=gen))
+
+
+def training_step(forward, model, inputs):
+    """The loss of forward(**inputs) and the gradient of each of model's parameters, from cleared gradients."""
+    model.zero_grad()
+    loss = forward(**inputs).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
 def test_model_on_the_kernels_equals_transformers():
     """Two streams with perm_mask, target_mapping, segments, left padding and a memory: transformers' logits."""
     hf, lite = twins(mem_len=7)
@@ -75,19 +91,13 @@ def test_a_training_step_has_the_explicit_kernels_gradients():
     kernel's (dropout 0, fp32, memory carried in, segments)."""
     config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=3).train()
-    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=4)
     gen = torch.Generator().manual_seed(5)
-    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=gen), perm_mask=perm_mask,
-                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, P), generator=gen),
-                  mems=[torch.randn(B, 6, 32, generator=gen) for _ in range(2)],
+    inputs = dict(**pretraining_batch(4), mems=[torch.randn(B, 6, 32, generator=gen) for _ in range(2)],
                   **segments_and_left_padding((B, T)))
     results = {}
     for kernel in ("eager", TRITON_ATTENTION):
         model.config._attn_implementation = kernel
-        model.zero_grad()
-        loss = model(**inputs).loss
-        loss.backward()
-        results[kernel] = loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[kernel] = training_step(model, model, inputs)
     (loss_e, grads_e), (loss_t, grads_t) = results["eager"], results[TRITON_ATTENTION]
     torch.testing.assert_close(loss_t, loss_e, atol=1e-5, rtol=1e-5)
     assert grads_t.keys() == grads_e.keys() and len(grads_e) > 10
@@ -190,21 +200,15 @@ def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
     config = xlnet_lite.XLNetLiteConfig(**{**TINY, "dropout": 0.1})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=4).train()
     model.config._attn_implementation = TRITON_ATTENTION
-    length, targets = 12, 3  # one tile: the interpreter's time goes to the other tests' sizes
-    perm_mask, target_mapping = xlnet_masks(B, length, targets, seed=2)
-    gen = torch.Generator().manual_seed(3)
-    inputs = dict(input_ids=torch.randint(0, 97, (B, length), generator=gen), perm_mask=perm_mask,
-                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, targets), generator=gen))
+    inputs = pretraining_batch(2, length=12, targets=3)  # one tile: the interpreter's time goes to the other tests
 
     def step(seed):
         torch.manual_seed(seed)
-        model.zero_grad()
-        loss = model(**inputs).loss
-        loss.backward()
-        return loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        loss, grads = training_step(model, model, inputs)
+        return loss.item(), grads
 
     (loss_a, grads_a), (loss_b, grads_b), (loss_c, _) = step(0), step(0), step(1)
-    assert loss_a == loss_b and all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
+    assert loss_a == loss_b and all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
     assert loss_c != loss_a
     assert set(rates) == {0.1} and len(rates) == 3 * 3  # 3 steps of 2 layers' query streams and 1 content stream
     with torch.no_grad():
@@ -218,21 +222,13 @@ def test_compiled_whole_with_the_kernels_inside():
     config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=7).train()
     model.config._attn_implementation = TRITON_ATTENTION
-    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=8)
-    gen = torch.Generator().manual_seed(9)
-    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=gen), perm_mask=perm_mask,
-                  target_mapping=target_mapping, labels=torch.randint(0, 97, (B, P), generator=gen),
-                  **segments_and_left_padding((B, T)))
-    results = []
-    for forward in (model, torch.compile(model, fullgraph=True, dynamic=False)):
-        model.zero_grad()
-        loss = forward(**inputs).loss
-        loss.backward()
-        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
-    (loss_a, grads_a), (loss_b, grads_b) = results
+    inputs = dict(**pretraining_batch(8), **segments_and_left_padding((B, T)))
+    loss_a, grads_a = training_step(model, model, inputs)
+    loss_b, grads_b = training_step(torch.compile(model, fullgraph=True, dynamic=False), model, inputs)
     torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
-    for a, b in zip(grads_a, grads_b):
-        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+    assert grads_b.keys() == grads_a.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
@@ -278,23 +274,15 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
     """benchmarks/run_triton_on_gpu.sh, run with a `python3` that only records its arguments: its test selection
     collects the kernels' CUDA tests, and every benchmark row and profile variant it names exists."""
     import subprocess
-    from pathlib import Path
+
+    from recipe_helpers import REPO, run_recording_python3
 
     from benchmarks import bench_gpu
 
-    repo = Path(__file__).resolve().parents[1]
-    (tmp_path / "bin").mkdir()
-    fake = tmp_path / "bin" / "python3"
-    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$(mktemp -p "$CALLS")"\n')
-    fake.chmod(0o755)
-    (tmp_path / "calls").mkdir()
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "OUT": str(tmp_path / "out")}
-    done = subprocess.run(["bash", str(repo / "benchmarks" / "run_triton_on_gpu.sh")], capture_output=True, text=True,
-                          cwd=tmp_path, env=env)
+    done, recorded = run_recording_python3("benchmarks/run_triton_on_gpu.sh", tmp_path, OUT=str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     calls = {}
-    for f in (tmp_path / "calls").iterdir():
-        args = f.read_text().splitlines()
+    for args in recorded:
         if args[0] == "-m":
             calls.setdefault(args[1], []).append(args[2:])
     (pytest_args,), (gpu_args,) = calls["pytest"], calls["benchmarks.bench_gpu"]
@@ -302,7 +290,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
     selection = pytest_args[pytest_args.index("-k") + 1]
     collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-k", selection,
                                 "--collect-only", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
-                               cwd=repo)
+                               cwd=REPO)
     names = [line for line in collected.stdout.splitlines() if "::" in line]
     assert len(names) == 14 and all("triton" in n for n in names), collected.stdout[-2000:]
     variants = gpu_args[gpu_args.index("--variants") + 1:gpu_args.index("--out")]

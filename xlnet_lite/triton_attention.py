@@ -261,11 +261,10 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
     kb, n = kn // N, kn % N
     r0 = pid_r * BLOCK
     offs_c, offs_a, offs_t = tl.arange(0, BLOCK), tl.arange(0, BLOCK), tl.arange(0, 2 * BLOCK)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d, offs_r = tl.arange(0, BLOCK_D), r0 + tl.arange(0, BLOCK)
     slab_of = offs_a[:, None] + offs_c[None, :]  # (BLOCK, BLOCK): the slab column of (a, c)
     dkr = tl.zeros([BLOCK, BLOCK_D], tl.float32)
     for b in range(kb, B, kr_rows):
-        offs_r = r0 + offs_c
         krb = tl.load(KR + b * skr_b + n * skr_n + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r,
                       mask=(offs_d[:, None] < D) & (offs_r[None, :] < R), other=0.0)  # (BLOCK_D, BLOCK)
         # only the query blocks some of whose keys j = r - qlen + i fall in [0, K) for a distance r of the block
@@ -283,7 +282,7 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
             s = tl.gather(tl.dot(qw, kt, input_precision=PREC), slab_of, 1)  # (BLOCK, BLOCK): row a, distance c
             s += tl.dot(qr, krb, input_precision=PREC)
             key = j0 + slab_of  # (BLOCK, BLOCK)
-            visible = (key >= 0) & (key < K) & (offs_m[:, None] < Q) & ((r0 + offs_c)[None, :] < R)
+            visible = (key >= 0) & (key < K) & (offs_m[:, None] < Q) & (offs_r[None, :] < R)
             if HAS_SEG:
                 seg_k = tl.load(SEGK + b * ssk_b + key, mask=visible, other=-1)
                 s += tl.where(seg_q[:, None] == seg_k, gain[:, None], 0.0)
@@ -295,7 +294,6 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
                 dp = dp * _kept(SEED, b * N + n, offs_m[:, None], key, Q, K, DROP_P)
             ds = p * (dp - delta[:, None])
             dkr += tl.dot(tl.trans(ds).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK, BLOCK_D)
-    offs_r = r0 + offs_c
     tl.store(DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr,
              mask=(offs_r[:, None] < R) & (offs_d[None, :] < D))
 
