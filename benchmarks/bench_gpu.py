@@ -144,12 +144,12 @@ def bf16_peak(device, n=8192, reps=10):
     return [2 * n**3 / cuda_seconds(lambda: a @ b) for _ in range(reps)]
 
 
-def step_memory(variant):
-    """Bytes the allocator held at most during one training step above what it held before it."""
+def step_memory(step):
+    """Bytes the allocator held at most during step() (a training step) above what it held before it."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    variant.train_step()
+    step()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - before
 
@@ -172,7 +172,7 @@ def run_config(args, name, device):
         print(f"  first training step {n}: {first[n]:.2f} s", flush=True)
     times = bm.alternate(variants, bm.Variant.train_step, args.runs, args.warmup, clock=cuda_seconds)
     flops = {n: bm.count_flops(v.forward_backward) for n, v in variants.items() if n not in FLOP_TWIN}
-    memory = {n: step_memory(v) for n, v in variants.items()}
+    memory = {n: step_memory(v.train_step) for n, v in variants.items()}
     peak += bf16_peak(device)
     peak_flops = bm.median(peak)
     rows = {}

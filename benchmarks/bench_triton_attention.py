@@ -25,6 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks import bench_gpu
 from benchmarks.environment import environment
 from xlnet_lite.collator import random_factorization_masks
 from xlnet_lite.modeling_xlnet_lite import positional_term
@@ -100,27 +101,12 @@ def step(path, x, dropout, backward=True):
 
 
 def timed_step(fn, x, dropout, device):
-    """Seconds of one forward + backward."""
+    """Seconds of one forward + backward (bench_gpu's CUDA events on a GPU)."""
     if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(x, dropout)
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1000
+        return bench_gpu.cuda_seconds(lambda: fn(x, dropout))
     t0 = time.perf_counter()
     fn(x, dropout)
     return time.perf_counter() - t0
-
-
-def step_memory(fn, x, dropout, device):
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    timed_step(fn, x, dropout, device)
-    return torch.cuda.max_memory_allocated() - before
 
 
 def matmul_flops(shape):
@@ -159,7 +145,8 @@ def main(argv=None):
     for n, fn in rows.items():
         t = statistics.median(times[n])
         results[n] = dict(median_s=t, times_s=times[n], tflop_per_s=flops / t / 1e12,
-                          step_memory_bytes=step_memory(fn, x, args.dropout, device), max_abs_diff_vs_sdpa=error[n])
+                          step_memory_bytes=bench_gpu.step_memory(lambda: fn(x, args.dropout))
+                          if device.type == "cuda" else None, max_abs_diff_vs_sdpa=error[n])
         memory = results[n]["step_memory_bytes"]
         print(f"{n:<24} {1000 * t:9.2f} ms {flops / t / 1e12:7.1f} TFLOP/s "
               f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}", flush=True)
