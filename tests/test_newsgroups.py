@@ -472,7 +472,7 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     data = json.loads(bench_file(tmp_path / "b8.json", "50", [0.322], [0.0], 0.0, steps=2400).read_text())
     data["summary"]["50"] = {"pretrained": data["summary"]["50"]["pretrained"]}  # a --arms pretrained --no_tfidf run
     data["summary"]["50"]["pretrained"]["validation_accuracy"] = {"mean": 0.412}
-    data["pretraining_args"] = {"per_device_train_batch_size": 8, "learning_rate": 3e-4, "max_steps": 2400,
+    data["pretraining_args"] = {"per_device_train_batch_size": 8, "learning_rate": 6e-4, "max_steps": 2400,  # 6e-4: the default
                                 "output_dir": "/tmp/b8", "plm_probability": 1 / 6, "max_span_length": 1}
     (tmp_path / "b8.json").write_text(json.dumps(data))
     odd = bench_file(tmp_path / "odd.json", "50", [0.315], [0.0], 0.0, steps=600, flags="--num_train_epochs 16")
