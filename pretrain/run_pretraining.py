@@ -10,8 +10,8 @@ rotten_tomatoes for the plot summaries and reviews of the Rotten Tomatoes traini
 a Unigram tokenizer trained on it, and the model in outputs/pretrain. --max_train_minutes trains to a wall-clock
 deadline instead of --max_steps. The objective follows XLNet except three defaults that made pretraining pay
 soonest at small budgets (benchmarks/RESULTS.md): single-token targets, a third of the tokens predicted, and a constant
-learning rate after warmup (6e-4, the best of 3e-4 / 6e-4 / 1e-3 there); XLNet's own are `--max_span_length 5 --plm_probability 0.16666666666666666
---lr_scheduler_type linear`. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of
+learning rate after warmup (6e-4, the best of 3e-4 / 6e-4 / 1e-3 there); XLNet's own are `--max_span_length 5
+--plm_probability 0.16666666666666666 --lr_scheduler_type linear`. Each batch row is a contiguous stream: step t+1 continues step t, so the mems of
 step t feed step t+1.
 The corpus is tokenized once into a memory-mapped token store (xlnet_lite.token_store) that every rank and every later
 run on the same corpus and tokenizer reads; --prepare_only builds it alone, --token_store DIR trains from one. The
