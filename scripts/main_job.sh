@@ -4,7 +4,7 @@
 # initialisation (same tokenizer, same finetuning budget) and with TF-IDF + logistic regression on the same 50 messages
 # per group. The recipes run with their defaults except the data flags and the budget: 10 minutes of pretraining steps
 # (--max_train_minutes; the tokenizer, the token store and evaluation come on top), so a faster machine buys more
-# tokens: 4.8-5.8M (2,360-2,839 steps) on a 2-core Xeon with AMX in bf16, past the ~1.7M where pretraining breaks
+# tokens: 4.4-5.8M (2,147-2,839 steps) on a 2-core Xeon with AMX in bf16, past the ~1.7M where pretraining breaks
 # even on this task at 50 labels per group, and about 1.25M on a 2-core AVX2-only CPU in fp32, where it still costs
 # points (benchmarks/RESULTS.md, 20 Newsgroups, "The pretraining rate"); and 8
 # finetuning epochs (at 4 the random arm was still improving) keeping the last epoch's model, the validation split
