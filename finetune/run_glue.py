@@ -14,7 +14,8 @@ folder or Hub id), or a random initialisation (--config_name).
 
 Inputs are XLNet's `A <sep> B <sep> <cls>` padded on the LEFT; the model classifies from the last position (<cls>).
 With --long_document_mode mems a text longer than --max_seq_length is read as consecutive segments carrying the
-Transformer-XL memory (xlnet_lite.model_utils.read_segments), and the class comes from the last segment's <cls>.
+Transformer-XL memory (xlnet_lite.model_utils.read_segments), and the class comes from the last segment's <cls>;
+with --long_document_mode head_tail it keeps its first --head_len tokens and its last ones (Sun et al. 2019).
 The training machinery (flags, output folder, checkpoints, metrics, signals) is xlnet_lite.training, shared with
 pretrain/run_pretraining.py.
 """
@@ -40,6 +41,7 @@ from xlnet_lite.classification_data import (
     EMBEDDED_TASKS,
     Labels,
     SegmentCollator,
+    check_long_document_mode,
     check_split,
     first_per_class,
     load_splits,
@@ -72,7 +74,8 @@ class FinetuneArguments(training.RecipeArguments):
     test_file: str | None = field(default=None, metadata={"help": "Same text columns; `label` optional. Writes predict_results.tsv."})
     embedded_task: Literal[EMBEDDED_TASKS] = field(default="newsgroups", metadata={"help": "Without --task_name / --train_file: 20 Newsgroups, the embedded news topics or Rotten Tomatoes."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per input (per segment in mems mode), <sep>/<cls> included."})
-    long_document_mode: Literal["truncate", "mems"] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: truncate, or read as segments carrying the memory."})
+    long_document_mode: Literal["truncate", "head_tail", "mems"] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: keep the first tokens (truncate), the first --head_len and the last ones (head_tail), or read the whole text as segments carrying the memory (mems)."})
+    head_len: int | None = field(default=None, metadata={"help": "head_tail mode: tokens kept from the start (default: a quarter of max_seq_length, as Sun et al. 2019's 128 of 512); the rest of max_seq_length comes from the end."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
     max_train_samples_per_class: int | None = field(default=None, metadata={"help": "Keep the first N training examples of each class (few-label runs)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N examples of each validation split."})
@@ -101,7 +104,7 @@ class FinetuneArguments(training.RecipeArguments):
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
-        "max_seq_length", "long_document_mode", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
+        "max_seq_length", "long_document_mode", "head_len", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
         "reinit_layers",
     )
 
@@ -120,6 +123,10 @@ def check_args(a: FinetuneArguments):
         problems.append("pass --model_name_or_path (pretrained weights) or --config_name (random initialisation), not both")
     if a.max_seq_length < 3:
         problems.append(f"--max_seq_length must be at least 3 (text, <sep>, <cls>), got {a.max_seq_length}")
+    if a.head_len is not None and a.long_document_mode != "head_tail":
+        problems.append(f"--head_len is for --long_document_mode head_tail, not {a.long_document_mode}")
+    elif a.head_len is not None and not 0 <= a.head_len <= a.max_seq_length - 2:
+        problems.append(f"--head_len must be in [0, max_seq_length - 2 = {a.max_seq_length - 2}] (the tail keeps <sep> <cls>), got {a.head_len}")
     if a.max_train_samples_per_class is not None and a.max_train_samples_per_class < 1:
         problems.append(f"--max_train_samples_per_class must be >= 1, got {a.max_train_samples_per_class}")
     if a.reinit_layers < 0:
@@ -137,6 +144,8 @@ def check_args(a: FinetuneArguments):
         if getattr(a, name) and not os.path.isfile(getattr(a, name)):
             problems.append(f"--{name}: no such file {getattr(a, name)}")
     training.raise_problems(problems)
+    if a.long_document_mode == "head_tail" and a.head_len is None:
+        a.head_len = a.max_seq_length // 4
     if a.max_train_steps:  # otherwise the run's length is known once the data is read (make_optimizer_and_scheduler)
         training.warmup_steps(a, a.max_train_steps)
     if a.config_name is None and a.model_name_or_path is None:
@@ -257,6 +266,7 @@ def main(argv=None):
                          test_file=a.test_file, embedded_task=a.embedded_task)
     for name, split in splits.items():  # bad columns stop us before the model is loaded
         check_split(split, text_columns(split), needs_label=name != "test")
+        check_long_document_mode(split, a.long_document_mode)
     labels = read_labels(splits["train"])
     if a.max_train_samples_per_class:
         if labels.is_regression:
@@ -267,7 +277,7 @@ def main(argv=None):
     training.crash_point("model_built")
     if resume is not None:
         training.check_resume_model(resume, training.model_fields(model), num_processes=accelerator.num_processes)
-    common = dict(max_len=a.max_seq_length, mode=a.long_document_mode)
+    common = dict(max_len=a.max_seq_length, mode=a.long_document_mode, head_len=a.head_len)
     source = splits["train"].source
     train_set = tokenize_split(splits["train"], tokenizer, labels, source, max_samples=a.max_train_samples, **common)
     other_sets = {name: tokenize_split(splits[name], tokenizer, labels, source, **common,
@@ -406,7 +416,7 @@ def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_trai
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
     results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=n_train,
                    train_runtime_s=round(train_runtime, 2), long_document_mode=a.long_document_mode,
-                   max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
+                   head_len=a.head_len, max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
     if state["history"]:
         results["train_loss"] = state["history"][-1]["train_loss"]
     out = Path(a.output_dir)

@@ -1,5 +1,5 @@
 """The finetuning recipe (finetune/run_glue.py) end to end on tiny data, its metrics against hand-computed
-values, its errors on bad data, and the long-document (mems) mode."""
+values, its errors on bad data, and the long-document modes (head and tail, mems)."""
 
 import json
 import math
@@ -17,7 +17,8 @@ from accelerate import Accelerator
 
 import xlnet_lite
 from xlnet_lite import glue_metrics
-from xlnet_lite.classification_data import SegmentCollator, SegmentCountBatchSampler, make_loader
+from xlnet_lite.classification_data import (SegmentCollator, SegmentCountBatchSampler, Split, make_loader, read_labels,
+                                           tokenize_split)
 from xlnet_lite.model_utils import reinit_top_layers
 from xlnet_lite.training import parameter_groups
 
@@ -315,6 +316,55 @@ def test_missing_default_pretraining_output(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="run_pretraining.py.*--model_name_or_path"):
         run_glue.main(["--train_file", write_rows(tmp_path / "t.csv", sentiment_rows(1))])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Long documents: head and tail
+
+
+def test_head_tail_keeps_the_first_and_the_last_tokens(pretrained):
+    """A long text keeps its first head_len tokens and its last max_len - head_len (<sep> <cls> among them), token
+    types cut alike; a text that fits is whole; truncate mode keeps the first max_len."""
+    tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
+    long_text, short_text = " . ".join(GOOD + BAD), GOOD[0]
+    split = Split(datasets.Dataset.from_dict({"sentence": [long_text, short_text], "label": [1, 0]}), "t.csv")
+    labels = read_labels(split)
+    full = tokenizer([long_text, short_text])
+    L, H = 16, 5
+    assert len(full["input_ids"][0]) > 2 * L and len(full["input_ids"][1]) < L
+    ht = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", head_len=H, max_samples=None)
+    ids, types = full["input_ids"][0], full["token_type_ids"][0]
+    assert ht["input_ids"][0] == ids[:H] + ids[-(L - H):] and len(ht["input_ids"][0]) == L
+    assert ht["token_type_ids"][0] == types[:H] + types[-(L - H):]
+    assert ht["input_ids"][0][-2:] == tokenizer.convert_tokens_to_ids(["<sep>", "<cls>"])
+    assert ht["input_ids"][1] == full["input_ids"][1] and ht["n_segments"] == [1, 1]
+    tail_only = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", head_len=0, max_samples=None)
+    assert tail_only["input_ids"][0] == ids[-L:]
+    head = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="truncate", max_samples=None)
+    assert head["input_ids"][0][:L - 2] == ids[:L - 2] and head["input_ids"][0] != ht["input_ids"][0]
+
+
+def test_head_tail_mode_end_to_end(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.jsonl", long_rows())
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
+                       "--long_document_mode", "head_tail", epochs=1)
+    assert results["long_document_mode"] == "head_tail" and results["head_len"] == 4  # a quarter of 16 tokens
+    assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
+
+
+@pytest.mark.parametrize("extra,says", [(["--head_len", "3"], "--head_len is for --long_document_mode head_tail"),
+                                        (["--long_document_mode", "head_tail", "--head_len", "15"], "[0, max_seq_length - 2 = 14]"),
+                                        (["--long_document_mode", "head_tail", "PAIRS"], "`sentence1`, `sentence2`")])
+def test_bad_head_tail_is_one_line(tmp_path, pretrained, extra, says):
+    rows = sentiment_rows(1)
+    if "PAIRS" in extra:
+        rows = [{"sentence1": r["sentence"], "sentence2": r["sentence"], "label": r["label"]} for r in rows]
+    train = write_rows(tmp_path / "train.csv", rows)
+    extra = [x for x in extra if x != "PAIRS"]
+    result = command(FINETUNE, "--model_name_or_path", pretrained, "--max_seq_length", "16", *extra,
+                     "--train_file", train, "--output_dir", tmp_path / "out")
+    one_line_error(result, says)
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -214,22 +214,45 @@ def label_ids(split: Split, labels: Labels, train_source):
     return [index[str(v)] for v in values]
 
 
-def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples):
-    """input_ids / token_type_ids (whole texts in mems mode, truncated otherwise), labels, index, n_segments."""
+def check_long_document_mode(split: Split, mode):
+    """head_tail cuts the middle out of one text; a pair of texts would lose the <sep> between them."""
+    first, second = text_columns(split)
+    if mode == "head_tail" and second:
+        raise RecipeError(f"--long_document_mode head_tail reads one text column (`sentence`); {split.source} has two "
+                          f"(`{first}`, `{second}`): use truncate or mems")
+
+
+def head_and_tail(ids, max_len, head_len):
+    """The first `head_len` and the last `max_len - head_len` items of a sequence longer than `max_len` (the tail
+    keeps the closing <sep> <cls>); a shorter one whole. Sun et al. (2019, "How to fine-tune BERT for text
+    classification") found the head and the tail of a long review to classify better than either alone."""
+    if len(ids) <= max_len:
+        return list(ids)
+    return list(ids[:head_len]) + list(ids[len(ids) - (max_len - head_len):])
+
+
+def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples, head_len=None):
+    """input_ids / token_type_ids (whole texts in mems mode; the first max_len tokens in truncate mode; the first
+    head_len and the last max_len - head_len in head_tail mode), labels, index, n_segments."""
     import datasets
 
     data = split.data if max_samples is None else split.data.select(range(min(max_samples, len(split.data))))
     split = Split(data, split.source)
     first, second = text_columns(split)
+    check_long_document_mode(split, mode)
     targets = label_ids(split, labels, train_source)
     texts = [list(data[c]) for c in (first, second) if c]
     truncate = mode == "truncate"
     enc = tokenizer(*texts, truncation=truncate, max_length=max_len if truncate else None, add_special_tokens=True)
+    input_ids, token_type_ids = enc["input_ids"], enc["token_type_ids"]
+    if mode == "head_tail":
+        input_ids = [head_and_tail(ids, max_len, head_len) for ids in input_ids]
+        token_type_ids = [head_and_tail(types, max_len, head_len) for types in token_type_ids]
     columns = {
-        "input_ids": enc["input_ids"],
-        "token_type_ids": enc["token_type_ids"],
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
         "index": list(range(len(data))),
-        "n_segments": [math.ceil(len(ids) / max_len) for ids in enc["input_ids"]],
+        "n_segments": [math.ceil(len(ids) / max_len) for ids in input_ids],
     }
     if targets is not None:
         columns["labels"] = targets
