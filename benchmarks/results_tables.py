@@ -12,7 +12,8 @@ occur there once); the table there is the run of `|` lines from that row.
 --lever adds an arm to the every-arm table (NAME=FILE as `benchmarks.levers` takes it); --curve adds a result file to
 a line of the compute curve: SERIES is the name of one of its `--series` lines or its main line's `--name`. Both
 change the recorded command, so they need --write. A check reruns the commands with their outputs in a temporary
-folder and changes nothing; --write reruns them as recorded (their JSON, with the new command, and the plot).
+folder and changes nothing; --write does the same first (a command that fails stops it with one line and leaves
+every file as it was), then reruns them as recorded (their JSON, with the new command, and the plot).
 Run from the repository's root, as the recorded commands are.
 """
 
@@ -112,7 +113,8 @@ def run_module(module, argv, outputs_to=None):
                 argv[argv.index(flag) + 1] = str(Path(outputs_to) / Path(argv[argv.index(flag) + 1]).name)
     done = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"python -m {module} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"python -m {module} failed (exit status {done.returncode}): {last}")
     return done.stdout
 
 
@@ -149,14 +151,17 @@ def main(argv=None):
     commands["compute_curve"] = module, curve_argv
 
     doc = args.doc.read_text()
-    with tempfile.TemporaryDirectory() as scratch:
-        tables = [table for module, margv in commands.values()
-                  for table in markdown_tables(run_module(module, margv, outputs_to=None if args.write else scratch))]
-    try:
+    try:  # every command first with its outputs in a scratch folder: a failing one leaves no file half rewritten
+        with tempfile.TemporaryDirectory() as scratch:
+            tables = [table for module, margv in commands.values()
+                      for table in markdown_tables(run_module(module, margv, outputs_to=scratch))]
         stale = differing_tables(doc, tables)
-    except ValueError as error:
-        parser.error(f"{args.doc}: {error}")
+    except (RuntimeError, ValueError) as error:
+        print(f"results_tables.py: error: {error}", file=sys.stderr)
+        return 2
     if args.write:
+        for module, margv in commands.values():
+            run_module(module, margv)
         new = replace_tables(doc, tables)
         if new != doc:
             args.doc.write_text(new)

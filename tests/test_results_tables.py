@@ -67,3 +67,21 @@ def test_bad_arguments_are_one_line(monkeypatch, capsys, args, says):
         rt.main(args)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and says in err and "Traceback" not in err
+
+
+def test_a_failing_command_stops_the_write_with_one_line_and_no_file_changed(tmp_path, monkeypatch, capsys):
+    """A curve point with no random-init arm to hold it against: compute_curve refuses it, so nothing is written,
+    not even the levers table's JSON, which would have been rewritten first."""
+    import json
+
+    monkeypatch.chdir(REPO)
+    data = json.loads(rt.GENERATED["levers"].with_name("newsgroups_amx_ptlr6e4_13200_50pc_8ep.json").read_text())
+    data["finetune_flags"] = "--num_train_epochs 99"
+    point = tmp_path / "point.json"
+    point.write_text(json.dumps(data))
+    before = {path: path.read_bytes() for path in [*rt.GENERATED.values(), rt.DOC]}
+    code = rt.main(["--write", "--lever", f"epochs 99={point}", "--curve", f"the defaults={point}"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "compute_curve failed" in err and "no random-init arm" in err and "--num_train_epochs 99" in err
+    assert {path: path.read_bytes() for path in before} == before
