@@ -338,6 +338,8 @@ def test_head_tail_keeps_the_first_and_the_last_tokens(pretrained):
     assert ht["token_type_ids"][0] == types[:H] + types[-(L - H):]
     assert ht["input_ids"][0][-2:] == tokenizer.convert_tokens_to_ids(["<sep>", "<cls>"])
     assert ht["input_ids"][1] == full["input_ids"][1] and ht["n_segments"] == [1, 1]
+    quarter = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", max_samples=None)
+    assert quarter["input_ids"][0] == ids[:L // 4] + ids[-(L - L // 4):]
     tail_only = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", head_len=0, max_samples=None)
     assert tail_only["input_ids"][0] == ids[-L:]
     head = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="truncate", max_samples=None)
