@@ -43,6 +43,7 @@ from xlnet_lite.classification_data import (
     SegmentCollator,
     check_long_document_mode,
     check_split,
+    default_head_len,
     first_per_class,
     load_splits,
     make_loader,
@@ -145,7 +146,7 @@ def check_args(a: FinetuneArguments):
             problems.append(f"--{name}: no such file {getattr(a, name)}")
     training.raise_problems(problems)
     if a.long_document_mode == "head_tail" and a.head_len is None:
-        a.head_len = a.max_seq_length // 4
+        a.head_len = default_head_len(a.max_seq_length)
     if a.max_train_steps:  # otherwise the run's length is known once the data is read (make_optimizer_and_scheduler)
         training.warmup_steps(a, a.max_train_steps)
     if a.config_name is None and a.model_name_or_path is None:

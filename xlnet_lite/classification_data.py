@@ -222,6 +222,11 @@ def check_long_document_mode(split: Split, mode):
                           f"(`{first}`, `{second}`): use truncate or mems")
 
 
+def default_head_len(max_len):
+    """head_tail mode's tokens from the start unless given: a quarter of max_len (Sun et al. 2019: 128 of 512)."""
+    return max_len // 4
+
+
 def head_and_tail(ids, max_len, head_len):
     """The first `head_len` and the last `max_len - head_len` items of a sequence longer than `max_len` (the tail
     keeps the closing <sep> <cls>); a shorter one whole. Sun et al. (2019, "How to fine-tune BERT for text
@@ -233,7 +238,7 @@ def head_and_tail(ids, max_len, head_len):
 
 def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples, head_len=None):
     """input_ids / token_type_ids (whole texts in mems mode; the first max_len tokens in truncate mode; the first
-    head_len (default max_len // 4) and the last max_len - head_len in head_tail mode), labels, index, n_segments."""
+    head_len (default: default_head_len) and the last max_len - head_len in head_tail mode), labels, index, n_segments."""
     import datasets
 
     data = split.data if max_samples is None else split.data.select(range(min(max_samples, len(split.data))))
@@ -246,7 +251,7 @@ def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max
     enc = tokenizer(*texts, truncation=truncate, max_length=max_len if truncate else None, add_special_tokens=True)
     input_ids, token_type_ids = enc["input_ids"], enc["token_type_ids"]
     if mode == "head_tail":
-        head_len = max_len // 4 if head_len is None else head_len
+        head_len = default_head_len(max_len) if head_len is None else head_len
         input_ids = [head_and_tail(ids, max_len, head_len) for ids in input_ids]
         token_type_ids = [head_and_tail(types, max_len, head_len) for types in token_type_ids]
     columns = {
