@@ -91,7 +91,7 @@ class PretrainingArguments(training.RecipeArguments):
     validation_split_percentage: float = field(default=2.0, metadata={"help": "Percent of the documents held out for validation."})
     seq_len: int = field(default=128, metadata={"help": "Tokens per sample: reuse_len + A <sep> B <sep> <cls>."})
     reuse_len: int = field(default=64, metadata={"help": "Tokens the next step reuses through the memory."})
-    mem_len: int = field(default=96, metadata={"help": "Memory tokens kept per layer."})
+    mem_len: int = field(default=96, metadata={"help": "Memory tokens kept per layer (0: no memory: each step reads its batch alone)."})
     perm_size: int | None = field(default=None, metadata={"help": "Factorization-order chunk length (default: reuse_len)."})
     plm_probability: float = field(default=1 / 3, metadata={
         "help": "Fraction of tokens predicted (XLNet: 1/6; 1/3 learns more per token on small budgets)."})
@@ -319,7 +319,8 @@ def build_model(a, tokenizer):
     """XLNetLiteLMHeadModel: --model_name_or_path (converted if it is transformers' XLNet), --config_name or the
     --model_size preset; --dropout and the pretraining data settings on its config (a loaded model's own dropout is
     replaced by --dropout, as the finetuning recipe does)."""
-    data_fields = dict(mem_len=a.mem_len, reuse_len=a.reuse_len, bi_data=a.bi_data, use_mems_train=True)
+    # mem_len 0 is no memory here; the model itself (as transformers' XLNet) would keep every step's states
+    data_fields = dict(mem_len=a.mem_len, reuse_len=a.reuse_len, bi_data=a.bi_data, use_mems_train=a.mem_len > 0)
     if a.model_name_or_path:
         model = load_model(a.model_name_or_path, xlnet_lite.XLNetLiteLMHeadModel, dropout=a.dropout)
     elif a.config_name:
@@ -453,12 +454,12 @@ def train(run: Pretraining, *, step, mems):
     """Optimizer steps until --max_steps or the --max_train_minutes deadline (returns the step count) or a signal (a
     checkpoint, then 0)."""
     a, accelerator, model, loop, stream, collator = run.a, run.accelerator, run.model, run.loop, run.stream, run.collator
-    carried = {"mems": mems}
+    carried, use_mems = {"mems": mems}, a.mem_len > 0
     tokens_per_step = a.per_device_train_batch_size * a.seq_len * a.gradient_accumulation_steps * accelerator.num_processes
 
     def micro_batch():
         batch = {k: v.to(accelerator.device) for k, v in collator(stream.next_batch()).items()}
-        out = model(**batch, mems=carried["mems"], use_mems=True)
+        out = model(**batch, mems=carried["mems"], use_mems=use_mems)
         carried["mems"] = out.mems
         return out.loss
 
@@ -476,7 +477,7 @@ def train(run: Pretraining, *, step, mems):
             if step % a.eval_steps == 0 or last:
                 record, start = record or {"step": step}, time.perf_counter()
                 with loop.paused():
-                    record["eval_loss"] = evaluate(model, run.eval_batches, accelerator, with_memory=True)
+                    record["eval_loss"] = evaluate(model, run.eval_batches, accelerator, with_memory=use_mems)
                     record["eval_loss_no_memory"] = evaluate(model, run.eval_batches, accelerator, with_memory=False)
                 record["eval_perplexity"] = math.exp(min(record["eval_loss"], 50))
                 record["eval_seconds"] = time.perf_counter() - start

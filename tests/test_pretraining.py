@@ -49,6 +49,19 @@ def test_memory_is_carried_across_steps(straight_run, corpus):
     assert len(mems) == 2 and mems["mems.0"].shape == (4, 24, 64)  # (B, mem_len, d_model), full after 12 steps
 
 
+def test_mem_len_0_carries_no_memory(corpus, tmp_path):
+    """--mem_len 0 pretrains without a memory: the model (as transformers' XLNet) would keep every step's states, a
+    memory growing by reuse_len tokens a step; the recipe carries none, and its validation loss is the memoryless one."""
+    results = run_pretraining.main(tiny_args(corpus, tmp_path, "--mem_len", "0"))
+    assert results["eval_loss"] == results["eval_loss_no_memory"]
+    from safetensors.torch import load_file
+
+    tensors = tmp_path / "checkpoints" / "step_12" / "rank0_tensors.safetensors"
+    assert not tensors.exists() or not load_file(str(tensors))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["mem_len"] == 0 and config["use_mems_train"] is False
+
+
 def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path):
     """12 steps straight vs. 6 steps + resume: the same losses (the checkpoint at step 6 is what an interrupted run
     leaves; the resumed run restores model, optimizer, scheduler, RNG, data position and mems)."""
