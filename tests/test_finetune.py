@@ -571,3 +571,21 @@ def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
     rates = [m["learning_rate"] for m in map(json.loads, (tmp_path / "out" / "metrics.jsonl").read_text().splitlines())
              if "learning_rate" in m]
     assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it
+
+
+def test_window_average_probe_cuts_windows_as_the_recipe_truncates(pretrained):
+    """benchmarks.probe_window_average: the first window is what truncate mode keeps (types included, as the probe
+    sets them), and the windows' bodies tile the whole message in order."""
+    from benchmarks.probe_window_average import windows
+
+    tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
+    text = " . ".join(GOOD + BAD)
+    split = Split(datasets.Dataset.from_dict({"sentence": [text, GOOD[0]], "label": [1, 0]}), "t.csv")
+    L = 16
+    head = tokenize_split(split, tokenizer, read_labels(split), "t.csv", max_len=L, mode="truncate", max_samples=None)
+    body = tokenizer(text, add_special_tokens=False)["input_ids"]
+    cut = windows(body, max_len=L, sep=tokenizer.sep_token_id, cls=tokenizer.cls_token_id)
+    assert len(body) > 2 * L and cut[0] == head["input_ids"][0]
+    assert head["token_type_ids"][0] == [0] * (L - 1) + [tokenizer("x")["token_type_ids"][-1]]
+    assert [i for w in cut for i in w[:-2]] == body and all(w[-2:] == cut[0][-2:] for w in cut)
+    assert all(len(w) == L for w in cut[:-1]) and len(cut) == -(-len(body) // (L - 2))
