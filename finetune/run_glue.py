@@ -85,7 +85,7 @@ class FinetuneArguments(training.RecipeArguments):
     model_name_or_path: str | None = field(default=None, metadata={"help": f"XLNet-Lite or transformers XLNet checkpoint, folder or Hub id (default: {DEFAULT_PRETRAINED})."})
     config_name: str | None = field(default=None, metadata={"help": "Random initialisation from this config (instead of --model_name_or_path)."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model or config folder)."})
-    mem_len: int | None = field(default=None, metadata={"help": "mems mode: memory tokens kept per layer (default: the model's mem_len)."})
+    mem_len: int | None = field(default=None, metadata={"help": "mems mode: memory tokens kept per layer (default: the model's mem_len; 0: every earlier segment, as a model pretrained with --mem_len 0 has)."})
     mems_backprop: Literal["last", "all"] = field(default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all."})
     dropout: float = field(default=0.1, metadata={"help": "Dropout while finetuning, set on the loaded config (XLNet finetunes with 0.1)."})
     summary_type: Literal["last", "mean"] | None = field(default=None, metadata={"help": "Pooling, set on the loaded config: last (<cls>, XLNet's) or mean (of the real tokens); default: the model's."})
