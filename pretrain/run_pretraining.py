@@ -478,7 +478,8 @@ def train(run: Pretraining, *, step, mems):
                 record, start = record or {"step": step}, time.perf_counter()
                 with loop.paused():
                     record["eval_loss"] = evaluate(model, run.eval_batches, accelerator, with_memory=use_mems)
-                    record["eval_loss_no_memory"] = evaluate(model, run.eval_batches, accelerator, with_memory=False)
+                    record["eval_loss_no_memory"] = (evaluate(model, run.eval_batches, accelerator, with_memory=False)
+                                                     if use_mems else record["eval_loss"])  # without a memory: the same pass
                 record["eval_perplexity"] = math.exp(min(record["eval_loss"], 50))
                 record["eval_seconds"] = time.perf_counter() - start
             if record is not None:
