@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -31,20 +32,25 @@ def windows(ids: list[int], *, max_len: int, sep: int, cls: int) -> list[list[in
 
 
 @torch.no_grad()
-def window_log_probs(model, rows: list[list[int]], *, pad: int, cls_type: int, batch_size: int, bf16: bool):
-    """(len(rows), num_labels) log-probabilities, batches of similar length padded on the left."""
+def window_log_probs(model, tokenizer, rows: list[list[int]], *, max_len: int, batch_size: int, bf16: bool):
+    """(len(rows), num_labels) log-probabilities, batched as the recipe batches evaluation (make_loader: similar
+    lengths together; SegmentCollator: padded on the left). Token types as the tokenizer gives them: 0, and <cls>'s
+    own id last."""
+    import datasets
+
+    from xlnet_lite.classification_data import SegmentCollator, make_loader
+
+    cls_type = tokenizer("x")["token_type_ids"][-1]
+    dataset = datasets.Dataset.from_dict({"input_ids": rows, "token_type_ids": [[0] * (len(r) - 1) + [cls_type] for r in rows],
+                                          "index": list(range(len(rows))), "n_segments": [1] * len(rows)})
+    collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, max_len)
+    loader, _ = make_loader(dataset, collator, batch_size=batch_size, shuffle=False, seed=0)
     out = np.zeros((len(rows), model.config.num_labels), dtype=np.float32)
-    order = np.argsort([-len(r) for r in rows], kind="stable")
-    for start in range(0, len(rows), batch_size):
-        idx = order[start : start + batch_size]
-        width = max(len(rows[i]) for i in idx)
-        ids = torch.tensor([[pad] * (width - len(rows[i])) + rows[i] for i in idx])
-        mask = torch.tensor([[0] * (width - len(rows[i])) + [1] * len(rows[i]) for i in idx])
-        types = torch.zeros_like(ids)
-        types[:, -1] = cls_type  # <cls> has its own segment id, as the tokenizer gives it
+    for batch in loader:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits.float()
-        out[idx] = torch.log_softmax(logits, -1).numpy()
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           token_type_ids=batch["token_type_ids"]).logits.float()
+        out[batch["index"].numpy()] = torch.log_softmax(logits, -1).numpy()
     return out
 
 
@@ -55,14 +61,13 @@ def probe(model_dir, texts, labels, *, max_len, max_windows, batch_size, bf16):
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(model_dir).eval()
-    cls_type = tokenizer("x")["token_type_ids"][-1]
     rows, owner, position = [], [], []
     for doc, ids in enumerate(tokenizer(texts, add_special_tokens=False)["input_ids"]):
         for k, window in enumerate(windows(ids, max_len=max_len, sep=tokenizer.sep_token_id, cls=tokenizer.cls_token_id)[:max_windows]):
             rows.append(window), owner.append(doc), position.append(k)
     owner, position = np.array(owner), np.array(position)
     start = time.perf_counter()
-    log_probs = window_log_probs(model, rows, pad=tokenizer.pad_token_id, cls_type=cls_type, batch_size=batch_size, bf16=bf16)
+    log_probs = window_log_probs(model, tokenizer, rows, max_len=max_len, batch_size=batch_size, bf16=bf16)
     result = {"model": str(model_dir), "messages": len(texts), "windows": len(rows), "seconds": round(time.perf_counter() - start, 1),
               "first_window": float((log_probs[position == 0].argmax(-1) == labels).mean())}
     for cap in sorted({2, 4, max_windows}):
@@ -102,7 +107,7 @@ def main(argv=None):
     if args.out:
         from xlnet_lite.training import write_json
 
-        write_json(args.out, {"command": "python -m benchmarks.probe_window_average " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        write_json(args.out, {"command": "python -m benchmarks.probe_window_average " + " ".join(argv if argv is not None else sys.argv[1:]),
                               "environment": environment(), "precision": "bf16" if bf16 else "fp32", "args": vars(args),
                               "results": results})
 
