@@ -1,7 +1,7 @@
 """Does a classifier finetuned on each message's first window classify better from all of its windows? Test accuracy
 from the first max_seq_length tokens (what `--long_document_mode truncate` trains and predicts on) against the mean
-over the message's consecutive windows of max_seq_length tokens, each cut from its start and closed with <sep> <cls>
-as the recipe closes a truncated message (windows after `--max_windows` dropped).
+over the message's consecutive windows of max_seq_length tokens, cut as the recipe's `--long_document_mode windows`
+cuts them (each closed with <sep> <cls> as a truncated message is; windows after `--max_windows` dropped).
 
     python -m benchmarks.probe_window_average MODEL [MODEL ...] [--embedded_task newsgroups] [--split test]
         [--max_windows 8] [--out FILE.json]
@@ -24,28 +24,29 @@ import numpy as np
 import torch
 
 
-def windows(ids: list[int], *, max_len: int, sep: int, cls: int) -> list[list[int]]:
-    """A message's token ids (no specials) as consecutive windows of max_len - 2 tokens, each closed with <sep> <cls>;
-    the first is what truncation keeps."""
-    body = max_len - 2
-    return [ids[i : i + body] + [sep, cls] for i in range(0, max(len(ids), 1), body)]
+@torch.no_grad()
+def window_rows(tokenizer, split, *, max_len: int, max_windows: int):
+    """The split's texts as the finetuning recipe's windows mode cuts them (tokenize_split), with each window's
+    position in its text."""
+    from xlnet_lite.classification_data import Split, read_labels, tokenize_split
+
+    split = Split(split, "the probe's split")
+    dataset = tokenize_split(split, tokenizer, read_labels(split), split.source, max_len=max_len, mode="windows",
+                             max_samples=None, max_windows=max_windows)
+    owner = np.array(dataset["text_index"])
+    position = np.arange(len(owner)) - np.searchsorted(owner, owner)  # rows of a text are consecutive
+    return dataset, owner, position
 
 
 @torch.no_grad()
-def window_log_probs(model, tokenizer, rows: list[list[int]], *, max_len: int, batch_size: int, bf16: bool):
-    """(len(rows), num_labels) log-probabilities, batched as the recipe batches evaluation (make_loader: similar
-    lengths together; SegmentCollator: padded on the left). Token types as the tokenizer gives them: 0, and <cls>'s
-    own id last."""
-    import datasets
-
+def window_log_probs(model, tokenizer, dataset, *, max_len: int, batch_size: int, bf16: bool):
+    """(len(dataset), num_labels) log-probabilities, batched as the recipe batches evaluation (make_loader: similar
+    lengths together; SegmentCollator: padded on the left)."""
     from xlnet_lite.classification_data import SegmentCollator, make_loader
 
-    cls_type = tokenizer("x")["token_type_ids"][-1]
-    dataset = datasets.Dataset.from_dict({"input_ids": rows, "token_type_ids": [[0] * (len(r) - 1) + [cls_type] for r in rows],
-                                          "index": list(range(len(rows))), "n_segments": [1] * len(rows)})
     collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, max_len)
     loader, _ = make_loader(dataset, collator, batch_size=batch_size, shuffle=False, seed=0)
-    out = np.zeros((len(rows), model.config.num_labels), dtype=np.float32)
+    out = np.zeros((len(dataset), model.config.num_labels), dtype=np.float32)
     for batch in loader:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -54,26 +55,23 @@ def window_log_probs(model, tokenizer, rows: list[list[int]], *, max_len: int, b
     return out
 
 
-def probe(model_dir, texts, labels, *, max_len, max_windows, batch_size, bf16):
+def probe(model_dir, split, *, max_len, max_windows, batch_size, bf16):
     from transformers import AutoTokenizer
 
     import xlnet_lite
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(model_dir).eval()
-    rows, owner, position = [], [], []
-    for doc, ids in enumerate(tokenizer(texts, add_special_tokens=False)["input_ids"]):
-        for k, window in enumerate(windows(ids, max_len=max_len, sep=tokenizer.sep_token_id, cls=tokenizer.cls_token_id)[:max_windows]):
-            rows.append(window), owner.append(doc), position.append(k)
-    owner, position = np.array(owner), np.array(position)
+    dataset, owner, position = window_rows(tokenizer, split, max_len=max_len, max_windows=max_windows)
+    labels, n_texts = np.array(split["label"]), len(split)
     start = time.perf_counter()
-    log_probs = window_log_probs(model, tokenizer, rows, max_len=max_len, batch_size=batch_size, bf16=bf16)
-    result = {"model": str(model_dir), "messages": len(texts), "windows": len(rows), "seconds": round(time.perf_counter() - start, 1),
+    log_probs = window_log_probs(model, tokenizer, dataset, max_len=max_len, batch_size=batch_size, bf16=bf16)
+    result = {"model": str(model_dir), "messages": n_texts, "windows": len(dataset), "seconds": round(time.perf_counter() - start, 1),
               "first_window": float((log_probs[position == 0].argmax(-1) == labels).mean())}
     for cap in sorted({2, 4, max_windows}):
         keep = position < cap
         for name, values in (("mean_probability", np.exp(log_probs)), ("mean_log_probability", log_probs)):
-            total = np.zeros((len(texts), log_probs.shape[1]))
+            total = np.zeros((n_texts, log_probs.shape[1]))
             np.add.at(total, owner[keep], values[keep])
             result[f"{name}_{cap}"] = float((total.argmax(-1) == labels).mean())
     return result
@@ -98,9 +96,8 @@ def main(argv=None):
     from .environment import environment
 
     split = load_splits(embedded_task=args.embedded_task)[args.split].data
-    texts, labels = list(split["sentence"]), np.array(split["label"])
     bf16 = fast_bf16("cpu")[0]
-    results = [probe(m, texts, labels, max_len=args.max_seq_length, max_windows=args.max_windows,
+    results = [probe(m, split, max_len=args.max_seq_length, max_windows=args.max_windows,
                      batch_size=args.batch_size, bf16=bf16) for m in args.models]
     for r in results:
         print(json.dumps(r))

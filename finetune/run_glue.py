@@ -15,7 +15,9 @@ folder or Hub id), or a random initialisation (--config_name).
 Inputs are XLNet's `A <sep> B <sep> <cls>` padded on the LEFT; the model classifies from the last position (<cls>).
 With --long_document_mode mems a text longer than --max_seq_length is read as consecutive segments carrying the
 Transformer-XL memory (xlnet_lite.model_utils.read_segments), and the class comes from the last segment's <cls>;
-with --long_document_mode head_tail it keeps its first --head_len tokens and its last ones (Sun et al. 2019).
+with --long_document_mode head_tail it keeps its first --head_len tokens and its last ones (Sun et al. 2019); with
+--long_document_mode windows every window of --max_seq_length tokens is an example of its own, trained on with the
+text's label, and a text's prediction is the class of the highest mean probability over its windows.
 The training machinery (flags, output folder, checkpoints, metrics, signals) is xlnet_lite.training, shared with
 pretrain/run_pretraining.py.
 """
@@ -39,6 +41,7 @@ from transformers import AutoConfig
 import xlnet_lite
 from xlnet_lite.classification_data import (
     EMBEDDED_TASKS,
+    LONG_DOCUMENT_MODES,
     Labels,
     SegmentCollator,
     check_long_document_mode,
@@ -48,7 +51,9 @@ from xlnet_lite.classification_data import (
     load_splits,
     make_loader,
     read_labels,
+    pool_windows,
     text_columns,
+    text_labels,
     tokenize_split,
 )
 from xlnet_lite.glue_metrics import GLUE_TASKS, file_metrics, glue_metrics, primary_metric
@@ -75,8 +80,9 @@ class FinetuneArguments(training.RecipeArguments):
     test_file: str | None = field(default=None, metadata={"help": "Same text columns; `label` optional. Writes predict_results.tsv."})
     embedded_task: Literal[EMBEDDED_TASKS] = field(default="newsgroups", metadata={"help": "Without --task_name / --train_file: 20 Newsgroups, the embedded news topics or Rotten Tomatoes."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per input (per segment in mems mode), <sep>/<cls> included."})
-    long_document_mode: Literal["truncate", "head_tail", "mems"] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: keep the first tokens (truncate), the first --head_len and the last ones (head_tail), or read the whole text as segments carrying the memory (mems)."})
+    long_document_mode: Literal[LONG_DOCUMENT_MODES] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: keep the first tokens (truncate), the first --head_len and the last ones (head_tail), classify every window of max_seq_length tokens alone and average the windows' probabilities (windows), or read the whole text as segments carrying the memory (mems)."})
     head_len: int | None = field(default=None, metadata={"help": "head_tail mode: tokens kept from the start (default: a quarter of max_seq_length, as Sun et al. 2019's 128 of 512); the rest of max_seq_length comes from the end."})
+    max_windows: int | None = field(default=None, metadata={"help": "windows mode: the first N windows of each text (default: all of them)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
     max_train_samples_per_class: int | None = field(default=None, metadata={"help": "Keep the first N training examples of each class (few-label runs)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N examples of each validation split."})
@@ -105,7 +111,7 @@ class FinetuneArguments(training.RecipeArguments):
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
-        "max_seq_length", "long_document_mode", "head_len", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
+        "max_seq_length", "long_document_mode", "head_len", "max_windows", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
         "reinit_layers",
     )
 
@@ -128,6 +134,10 @@ def check_args(a: FinetuneArguments):
         problems.append(f"--head_len is for --long_document_mode head_tail, not {a.long_document_mode}")
     elif a.head_len is not None and not 0 <= a.head_len <= a.max_seq_length - 2:
         problems.append(f"--head_len must be in [0, max_seq_length - 2 = {a.max_seq_length - 2}] (the tail keeps <sep> <cls>), got {a.head_len}")
+    if a.max_windows is not None and a.long_document_mode != "windows":
+        problems.append(f"--max_windows is for --long_document_mode windows, not {a.long_document_mode}")
+    elif a.max_windows is not None and a.max_windows < 1:
+        problems.append(f"--max_windows must be >= 1, got {a.max_windows}")
     if a.max_train_samples_per_class is not None and a.max_train_samples_per_class < 1:
         problems.append(f"--max_train_samples_per_class must be >= 1, got {a.max_train_samples_per_class}")
     if a.reinit_layers < 0:
@@ -222,22 +232,26 @@ def classify(model, batch, accelerator, *, labels=None, backprop_all=False):
 
 @torch.no_grad()
 def predict(model, loader, accelerator, *, is_regression):
-    """Predictions for every example of the loader's dataset, ordered by its `index` column (the split's row order,
-    as tokenize_split numbers them), whatever order the batches came in (class ids or scores)."""
+    """Predictions for every text of the loader's dataset (class ids or scores), in the split's row order whatever
+    order the batches came in: rows are put back in the order of the `index` column (as tokenize_split numbers them),
+    and in windows mode a text's windows are pooled (pool_windows)."""
     model.eval()
-    predictions, indices = [], []
+    outputs, indices = [], []
     for batch in tqdm(loader, desc="eval", leave=False, disable=not accelerator.is_local_main_process):
-        logits = classify(model, batch, accelerator).logits
-        pred = logits.squeeze(-1).float() if is_regression else logits.argmax(-1)
+        logits = classify(model, batch, accelerator).logits.float()
         # the processes' batches of one round may differ in size (a segment count's last batch is short): pad to
         # gather, index -1 marking the padding
-        predictions.append(accelerator.gather(accelerator.pad_across_processes(pred, pad_index=-1)).cpu())
+        outputs.append(accelerator.gather(accelerator.pad_across_processes(logits, pad_index=-1)).cpu())
         indices.append(accelerator.gather(accelerator.pad_across_processes(batch["index"], pad_index=-1)).cpu())
-    predictions, indices = torch.cat(predictions).numpy(), torch.cat(indices).numpy()
+    outputs, indices = torch.cat(outputs).numpy(), torch.cat(indices).numpy()
     real = indices >= 0
-    predictions, indices = predictions[real], indices[real]
+    outputs, indices = outputs[real], indices[real]
     _, first = np.unique(indices, return_index=True)  # sorts, and drops duplicates added for even batches
-    return predictions[first]
+    outputs = outputs[first][:, 0] if is_regression else outputs[first]
+    dataset = loader.dataset
+    if "text_index" in dataset.column_names:
+        return pool_windows(outputs, dataset["text_index"], is_regression=is_regression)
+    return outputs if is_regression else outputs.argmax(-1)
 
 
 def compute_metrics(a, predictions, references, labels: Labels):
@@ -278,7 +292,7 @@ def main(argv=None):
     training.crash_point("model_built")
     if resume is not None:
         training.check_resume_model(resume, training.model_fields(model), num_processes=accelerator.num_processes)
-    common = dict(max_len=a.max_seq_length, mode=a.long_document_mode, head_len=a.head_len)
+    common = dict(max_len=a.max_seq_length, mode=a.long_document_mode, head_len=a.head_len, max_windows=a.max_windows)
     source = splits["train"].source
     train_set = tokenize_split(splits["train"], tokenizer, labels, source, max_samples=a.max_train_samples, **common)
     other_sets = {name: tokenize_split(splits[name], tokenizer, labels, source, **common,
@@ -296,7 +310,7 @@ def main(argv=None):
     optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
                                                         layerwise_lr_decay=a.layerwise_lr_decay)
     model, optimizer, scheduler = training.prepare(accelerator, model, optimizer, scheduler)
-    eval_sets = {name: (loaders[name], other_sets[name]["labels"]) for name in ("validation", "validation_mismatched")
+    eval_sets = {name: (loaders[name], text_labels(other_sets[name])) for name in ("validation", "validation_mismatched")
                  if name in loaders and "labels" in other_sets[name].column_names}
     training.start_tracking(accelerator, a, "run_glue")
     loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
@@ -308,7 +322,8 @@ def main(argv=None):
         accelerator.print(f"resumed from {resume} at step {state['step']}")
     metrics = training.MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
     metrics.start(records)
-    accelerator.print(f"{len(train_set)} training examples, {steps_per_epoch} steps/epoch, {max_steps} steps, "
+    windows = f" in {len(train_set)} windows" if a.long_document_mode == "windows" else ""
+    accelerator.print(f"{len(text_labels(train_set))} training examples{windows}, {steps_per_epoch} steps/epoch, {max_steps} steps, "
                       f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}")
     run = Finetuning(a, accelerator, model, tokenizer, loop, checkpoints, metrics, labels=labels, eval_sets=eval_sets,
                      main_metric=primary_metric(a.task_name, is_regression=labels.is_regression))
@@ -320,7 +335,7 @@ def main(argv=None):
         state["best"] = {"epoch": state["epoch"], "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {}}
         training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     accelerator.unwrap_model(model).load_state_dict(load_file(str(Path(a.output_dir, "model.safetensors"))))
-    return finish(run, state, loaders, other_sets, train_runtime=time.perf_counter() - start, n_train=len(train_set))
+    return finish(run, state, loaders, other_sets, train_runtime=time.perf_counter() - start, train_set=train_set)
 
 
 @dataclass
@@ -410,14 +425,16 @@ def end_epoch(run: Finetuning, state, epoch, *, last):
         training.save_final_model(accelerator, run.model, run.tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
 
 
-def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_train):
+def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, train_set):
     """Predict the test split with the best model; write eval_results.json, all_results.json, history.json,
     predict_results.tsv and training_curves.png."""
     a, accelerator, labels = run.a, run.accelerator, run.labels
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
-    results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=n_train,
+    results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=len(text_labels(train_set)),
                    train_runtime_s=round(train_runtime, 2), long_document_mode=a.long_document_mode,
-                   head_len=a.head_len, max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
+                   head_len=a.head_len, max_windows=a.max_windows, max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
+    if "text_index" in train_set.column_names:
+        results["train_windows"] = len(train_set)
     if state["history"]:
         results["train_loss"] = state["history"][-1]["train_loss"]
     out = Path(a.output_dir)
@@ -426,7 +443,7 @@ def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_trai
         predictions = predict(run.model, loaders["test"], accelerator, is_regression=labels.is_regression)
         results["test_runtime_s"] = round(time.perf_counter() - start, 2)
         if "labels" in other_sets["test"].column_names:
-            scores = compute_metrics(a, predictions, other_sets["test"]["labels"], labels)
+            scores = compute_metrics(a, predictions, text_labels(other_sets["test"]), labels)
             results.update({f"test_{k}": v for k, v in scores.items()})
         if accelerator.is_main_process:
             write_predictions(out / "predict_results.tsv", predictions, labels)

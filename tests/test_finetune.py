@@ -1,5 +1,5 @@
 """The finetuning recipe (finetune/run_glue.py) end to end on tiny data, its metrics against hand-computed
-values, its errors on bad data, and the long-document modes (head and tail, mems)."""
+values, its errors on bad data, and the long-document modes (head and tail, windows, mems)."""
 
 import json
 import math
@@ -17,8 +17,8 @@ from accelerate import Accelerator
 
 import xlnet_lite
 from xlnet_lite import glue_metrics
-from xlnet_lite.classification_data import (SegmentCollator, SegmentCountBatchSampler, Split, make_loader, read_labels,
-                                           tokenize_split)
+from xlnet_lite.classification_data import (SegmentCollator, SegmentCountBatchSampler, Split, make_loader, pool_windows,
+                                           read_labels, text_labels, tokenize_split)
 from xlnet_lite.model_utils import reinit_top_layers
 from xlnet_lite.training import parameter_groups
 
@@ -356,7 +356,10 @@ def test_head_tail_mode_end_to_end(tmp_path, pretrained):
 
 @pytest.mark.parametrize("extra,says", [(["--head_len", "3"], "--head_len is for --long_document_mode head_tail"),
                                         (["--long_document_mode", "head_tail", "--head_len", "15"], "[0, max_seq_length - 2 = 14]"),
-                                        (["--long_document_mode", "head_tail", "PAIRS"], "`sentence1`, `sentence2`")])
+                                        (["--long_document_mode", "head_tail", "PAIRS"], "`sentence1`, `sentence2`"),
+                                        (["--max_windows", "2"], "--max_windows is for --long_document_mode windows"),
+                                        (["--long_document_mode", "windows", "--max_windows", "0"], "--max_windows must be >= 1"),
+                                        (["--long_document_mode", "windows", "PAIRS"], "windows reads one text column")])
 def test_bad_head_tail_is_one_line(tmp_path, pretrained, extra, says):
     rows = sentiment_rows(1)
     if "PAIRS" in extra:
@@ -367,6 +370,85 @@ def test_bad_head_tail_is_one_line(tmp_path, pretrained, extra, says):
                      "--train_file", train, "--output_dir", tmp_path / "out")
     one_line_error(result, says)
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Long documents: every window
+
+
+def test_windows_tile_the_text_each_closed_like_a_truncated_one(pretrained):
+    """A row per window: the first is what truncation keeps, their bodies tile the text in order, each ends with
+    <sep> <cls> (token types alike), labels and text numbers repeat per window; --max_windows keeps the first N; a
+    short text is one window; text_labels gives one label per text."""
+    tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
+    long_text, short_text = " . ".join(GOOD + BAD), GOOD[0]
+    split = Split(datasets.Dataset.from_dict({"sentence": [short_text, long_text, short_text], "label": [0, 1, 0]}), "t.csv")
+    labels = read_labels(split)
+    L = 16
+    full = tokenizer(long_text)
+    body, end, end_types = full["input_ids"][:-2], full["input_ids"][-2:], full["token_type_ids"][-2:]
+    n = -(-len(body) // (L - 2))
+    assert n >= 3 and end == tokenizer.convert_tokens_to_ids(["<sep>", "<cls>"])
+    win = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="windows", max_samples=None)
+    head = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="truncate", max_samples=None)
+    assert win["text_index"] == [0] + [1] * n + [2] and win["labels"] == [0] + [1] * n + [0]
+    assert win["index"] == list(range(n + 2)) and set(win["n_segments"]) == {1}
+    rows, types = win["input_ids"][1 : n + 1], win["token_type_ids"][1 : n + 1]
+    assert rows[0] == head["input_ids"][1] and types[0] == head["token_type_ids"][1]
+    assert [i for r in rows for i in r[:-2]] == body and all(r[-2:] == end for r in rows)
+    assert all(t[-2:] == end_types and set(t[:-2]) == {0} for t in types)
+    assert all(len(r) == L for r in rows[:-1]) and len(rows[-1]) <= L
+    assert win["input_ids"][0] == head["input_ids"][0] == tokenizer(short_text)["input_ids"]
+    assert text_labels(win) == [0, 1, 0] == text_labels(head)
+    capped = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="windows", max_samples=None, max_windows=2)
+    assert capped["text_index"] == [0, 1, 1, 2] and capped["input_ids"][1:3] == rows[:2]
+
+
+def test_pool_windows_takes_the_highest_mean_probability():
+    """Pooled per text in dataset order: the class of the highest mean probability (here not the class of the highest
+    mean logit), a one-window text its own argmax; regression the mean score."""
+    logits = np.array([[8.0, 0.0], [0.0, 2.0], [0.0, 2.0], [2.0, 0.0], [0.0, 0.5], [0.0, 0.5]])
+    text_index = [0, 0, 0, 1, 2, 2]
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    assert probs[:3].mean(0).argmax() == 1 and logits[:3].mean(0).argmax() == 0  # the two rules differ on text 0
+    assert pool_windows(logits, text_index, is_regression=False).tolist() == [1, 0, 1]
+    np.testing.assert_allclose(pool_windows(np.array([1.0, 3.0, 5.0]), [0, 0, 1], is_regression=True), [2.0, 5.0])
+
+
+def test_windows_predictions_pool_each_window_classified_alone(pretrained):
+    """predict() in windows mode: per text, the pooled probabilities of its windows each classified alone, whatever
+    order the evaluation batches take."""
+    tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
+    rows = long_rows(n_docs=6)
+    split = Split(datasets.Dataset.from_dict({"sentence": [r["sentence"] for r in rows], "label": [r["label"] for r in rows]}), "t")
+    dataset = tokenize_split(split, tokenizer, read_labels(split), "t", max_len=12, mode="windows", max_samples=None)
+    assert len(dataset) > 2 * len(rows)
+    collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, 12)
+    torch.manual_seed(0)
+    # mean pooling and a large head: windows of one text get different classes (a <cls> head barely tells them apart)
+    model = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(pretrained, num_labels=3, summary_type="mean").eval()
+    torch.nn.init.normal_(model.logits_proj.weight, std=3.0)
+    accelerator = Accelerator(cpu=True)
+    predictions = run_glue.predict(model, make_loader(dataset, collator, batch_size=4, shuffle=False, seed=0)[0],
+                                   accelerator, is_regression=False)
+    with torch.no_grad():
+        alone = np.stack([run_glue.classify(model, collator([dataset[i]]), accelerator).logits[0].numpy()
+                          for i in range(len(dataset))])
+    probs = torch.tensor(alone).softmax(-1).numpy()
+    expected = [probs[np.array(dataset["text_index"]) == t].mean(0).argmax() for t in range(len(rows))]
+    assert predictions.tolist() == expected and len(predictions) == len(rows)
+    first = [alone[dataset["text_index"].index(t)].argmax() for t in range(len(rows))]
+    assert expected != first  # pooling decides something here
+
+
+def test_windows_mode_end_to_end(tmp_path, pretrained):
+    train = write_rows(tmp_path / "train.jsonl", long_rows())
+    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
+                       "--long_document_mode", "windows", "--max_windows", "3", epochs=1)
+    assert results["long_document_mode"] == "windows" and results["max_windows"] == 3
+    assert results["train_samples"] == len(long_rows()) < results["train_windows"] <= 3 * len(long_rows())
+    assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
+    assert round(results["test_accuracy"] * len(long_rows()), 6).is_integer()  # a share of the texts, not of the windows
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -573,19 +655,18 @@ def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
     assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it
 
 
-def test_window_average_probe_cuts_windows_as_the_recipe_truncates(pretrained):
-    """benchmarks.probe_window_average: the first window is what truncate mode keeps (types included, as the probe
-    sets them), and the windows' bodies tile the whole message in order."""
-    from benchmarks.probe_window_average import windows
+def test_window_average_probe_reads_the_recipes_windows(pretrained):
+    """benchmarks.probe_window_average: the windows of windows mode (tokenize_split), each with its position in its
+    text; the first window of each text is the truncated text."""
+    from benchmarks.probe_window_average import window_rows
 
     tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
-    text = " . ".join(GOOD + BAD)
-    split = Split(datasets.Dataset.from_dict({"sentence": [text, GOOD[0]], "label": [1, 0]}), "t.csv")
+    data = datasets.Dataset.from_dict({"sentence": [GOOD[0], " . ".join(GOOD + BAD), " . ".join(BAD)], "label": [1, 1, 0]})
     L = 16
-    head = tokenize_split(split, tokenizer, read_labels(split), "t.csv", max_len=L, mode="truncate", max_samples=None)
-    body = tokenizer(text, add_special_tokens=False)["input_ids"]
-    cut = windows(body, max_len=L, sep=tokenizer.sep_token_id, cls=tokenizer.cls_token_id)
-    assert len(body) > 2 * L and cut[0] == head["input_ids"][0]
-    assert head["token_type_ids"][0] == [0] * (L - 1) + [tokenizer("x")["token_type_ids"][-1]]
-    assert [i for w in cut for i in w[:-2]] == body and all(w[-2:] == cut[0][-2:] for w in cut)
-    assert all(len(w) == L for w in cut[:-1]) and len(cut) == -(-len(body) // (L - 2))
+    dataset, owner, position = window_rows(tokenizer, data, max_len=L, max_windows=4)
+    head = tokenize_split(Split(data, "t"), tokenizer, read_labels(Split(data, "t")), "t", max_len=L, mode="truncate", max_samples=None)
+    n = np.bincount(owner)
+    assert n[0] == 1 and n[1] == 4 and n[2] > 1 and owner.tolist() == dataset["text_index"]
+    assert position.tolist() == [k for count in n for k in range(count)]
+    first = [dataset[int(i)] for i in np.flatnonzero(position == 0)]
+    assert [r["input_ids"] for r in first] == head["input_ids"] and [r["token_type_ids"] for r in first] == head["token_type_ids"]

@@ -1,6 +1,6 @@
 """Sentence(-pair) classification and regression data for finetuning: GLUE, CSV / TSV / JSON-lines files or the
 embedded tasks (news topics, Rotten Tomatoes); label sets, XLNet's layout (`A <sep> B <sep> <cls>`, padded on the LEFT) and long
-documents cut into segments for the Transformer-XL memory. Every error names the file (or split) and the column."""
+documents: cut into segments for the Transformer-XL memory, into head and tail, or into windows each classified alone. Every error names the file (or split) and the column."""
 
 from __future__ import annotations
 
@@ -214,11 +214,15 @@ def label_ids(split: Split, labels: Labels, train_source):
     return [index[str(v)] for v in values]
 
 
+LONG_DOCUMENT_MODES = ("truncate", "head_tail", "windows", "mems")
+ONE_TEXT_MODES = ("head_tail", "windows")
+
+
 def check_long_document_mode(split: Split, mode):
-    """head_tail cuts the middle out of one text; a pair of texts would lose the <sep> between them."""
+    """head_tail and windows cut one text; a pair of texts would lose the <sep> between them."""
     first, second = text_columns(split)
-    if mode == "head_tail" and second:
-        raise RecipeError(f"--long_document_mode head_tail reads one text column (`sentence`); {split.source} has two "
+    if mode in ONE_TEXT_MODES and second:
+        raise RecipeError(f"--long_document_mode {mode} reads one text column (`sentence`); {split.source} has two "
                           f"(`{first}`, `{second}`): use truncate or mems")
 
 
@@ -236,9 +240,22 @@ def head_and_tail(ids, max_len, head_len):
     return list(ids[:head_len]) + list(ids[len(ids) - (max_len - head_len):])
 
 
-def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples, head_len=None):
+def windows(ids, max_len, max_windows=None):
+    """A tokenized text ending in <sep> <cls> as consecutive windows of at most max_len items: its body cut every
+    max_len - 2 items, each window closed with the text's own last two (<sep> <cls>, or their token types). The first
+    window is what truncation to max_len keeps; the first `max_windows` are returned (all when None)."""
+    body, end = list(ids[:-2]), list(ids[-2:])
+    step = max_len - 2
+    starts = range(0, max(len(body), 1), step)
+    return [body[i : i + step] + end for i in list(starts)[:max_windows]]
+
+
+def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples, head_len=None,
+                   max_windows=None):
     """input_ids / token_type_ids (whole texts in mems mode; the first max_len tokens in truncate mode; the first
-    head_len (default: default_head_len) and the last max_len - head_len in head_tail mode), labels, index, n_segments."""
+    head_len (default: default_head_len) and the last max_len - head_len in head_tail mode), labels, index, n_segments.
+    In windows mode a row per window (the text's first `max_windows` windows, all when None), each with its text's
+    label and row number (`text_index`); `index` then numbers the windows."""
     import datasets
 
     data = split.data if max_samples is None else split.data.select(range(min(max_samples, len(split.data))))
@@ -247,22 +264,54 @@ def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max
     check_long_document_mode(split, mode)
     targets = label_ids(split, labels, train_source)
     texts = [list(data[c]) for c in (first, second) if c]
-    truncate = mode == "truncate"
+    truncate = mode == "truncate"  # windows mode cuts the whole tokenized text below
     enc = tokenizer(*texts, truncation=truncate, max_length=max_len if truncate else None, add_special_tokens=True)
     input_ids, token_type_ids = enc["input_ids"], enc["token_type_ids"]
     if mode == "head_tail":
         head_len = default_head_len(max_len) if head_len is None else head_len
         input_ids = [head_and_tail(ids, max_len, head_len) for ids in input_ids]
         token_type_ids = [head_and_tail(types, max_len, head_len) for types in token_type_ids]
+    text_index = list(range(len(data)))
+    if mode == "windows":
+        cut = [windows(ids, max_len, max_windows) for ids in input_ids]
+        text_index = [i for i, pieces in enumerate(cut) for _ in pieces]
+        input_ids = [piece for pieces in cut for piece in pieces]
+        token_type_ids = [piece for types in token_type_ids for piece in windows(types, max_len, max_windows)]
+        targets = None if targets is None else [targets[i] for i in text_index]
     columns = {
         "input_ids": input_ids,
         "token_type_ids": token_type_ids,
-        "index": list(range(len(data))),
+        "index": list(range(len(input_ids))),
         "n_segments": [math.ceil(len(ids) / max_len) for ids in input_ids],
     }
+    if mode == "windows":
+        columns["text_index"] = text_index
     if targets is not None:
         columns["labels"] = targets
     return datasets.Dataset.from_dict(columns)
+
+
+def text_labels(dataset):
+    """The labels of a tokenized split, one per text (in windows mode each text's rows share its label)."""
+    if "text_index" not in dataset.column_names:
+        return dataset["labels"]
+    labels, texts = dataset["labels"], dataset["text_index"]
+    return [label for k, label in enumerate(labels) if k == 0 or texts[k] != texts[k - 1]]
+
+
+def pool_windows(scores, text_index, *, is_regression):
+    """Per text, from its windows' outputs (rows in dataset order): the mean score (regression), or the class of the
+    highest mean probability over the windows."""
+    text_index = np.asarray(text_index)
+    n_texts = int(text_index.max()) + 1 if len(text_index) else 0
+    values = scores if is_regression else np.exp(scores - scores.max(-1, keepdims=True))
+    if not is_regression:
+        values = values / values.sum(-1, keepdims=True)
+    total = np.zeros((n_texts,) + values.shape[1:])
+    np.add.at(total, text_index, values)
+    counts = np.bincount(text_index, minlength=n_texts)
+    mean = total / counts.reshape((-1,) + (1,) * (values.ndim - 1))
+    return mean if is_regression else mean.argmax(-1)
 
 
 class SegmentCountBatchSampler:
