@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 
-@torch.no_grad()
 def window_rows(tokenizer, split, *, max_len: int, max_windows: int):
     """The split's texts as the finetuning recipe's windows mode cuts them (tokenize_split), with each window's
     position in its text."""
@@ -68,12 +67,14 @@ def probe(model_dir, split, *, max_len, max_windows, batch_size, bf16):
     log_probs = window_log_probs(model, tokenizer, dataset, max_len=max_len, batch_size=batch_size, bf16=bf16)
     result = {"model": str(model_dir), "messages": n_texts, "windows": len(dataset), "seconds": round(time.perf_counter() - start, 1),
               "first_window": float((log_probs[position == 0].argmax(-1) == labels).mean())}
+    from xlnet_lite.classification_data import pool_windows
+
     for cap in sorted({2, 4, max_windows}):
-        keep = position < cap
-        for name, values in (("mean_probability", np.exp(log_probs)), ("mean_log_probability", log_probs)):
-            total = np.zeros((n_texts, log_probs.shape[1]))
-            np.add.at(total, owner[keep], values[keep])
-            result[f"{name}_{cap}"] = float((total.argmax(-1) == labels).mean())
+        keep = position < cap  # every text keeps its first window
+        mean_probability = pool_windows(log_probs[keep], owner[keep], is_regression=False)  # the recipe's rule
+        mean_log_probability = pool_windows(log_probs[keep], owner[keep], is_regression=True).argmax(-1)  # plain mean
+        result[f"mean_probability_{cap}"] = float((mean_probability == labels).mean())
+        result[f"mean_log_probability_{cap}"] = float((mean_log_probability == labels).mean())
     return result
 
 

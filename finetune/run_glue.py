@@ -322,8 +322,9 @@ def main(argv=None):
         accelerator.print(f"resumed from {resume} at step {state['step']}")
     metrics = training.MetricsLog(accelerator, a.output_dir, with_tracking=a.with_tracking)
     metrics.start(records)
+    n_train = len(text_labels(train_set))  # texts (in windows mode fewer than the rows)
     windows = f" in {len(train_set)} windows" if a.long_document_mode == "windows" else ""
-    accelerator.print(f"{len(text_labels(train_set))} training examples{windows}, {steps_per_epoch} steps/epoch, {max_steps} steps, "
+    accelerator.print(f"{n_train} training examples{windows}, {steps_per_epoch} steps/epoch, {max_steps} steps, "
                       f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}")
     run = Finetuning(a, accelerator, model, tokenizer, loop, checkpoints, metrics, labels=labels, eval_sets=eval_sets,
                      main_metric=primary_metric(a.task_name, is_regression=labels.is_regression))
@@ -335,7 +336,8 @@ def main(argv=None):
         state["best"] = {"epoch": state["epoch"], "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {}}
         training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     accelerator.unwrap_model(model).load_state_dict(load_file(str(Path(a.output_dir, "model.safetensors"))))
-    return finish(run, state, loaders, other_sets, train_runtime=time.perf_counter() - start, train_set=train_set)
+    return finish(run, state, loaders, other_sets, train_runtime=time.perf_counter() - start, n_train=n_train,
+                  n_windows=len(train_set) if a.long_document_mode == "windows" else None)
 
 
 @dataclass
@@ -425,16 +427,16 @@ def end_epoch(run: Finetuning, state, epoch, *, last):
         training.save_final_model(accelerator, run.model, run.tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
 
 
-def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, train_set):
+def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_train, n_windows=None):
     """Predict the test split with the best model; write eval_results.json, all_results.json, history.json,
     predict_results.tsv and training_curves.png."""
     a, accelerator, labels = run.a, run.accelerator, run.labels
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
-    results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=len(text_labels(train_set)),
+    results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=n_train,
                    train_runtime_s=round(train_runtime, 2), long_document_mode=a.long_document_mode,
                    head_len=a.head_len, max_windows=a.max_windows, max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
-    if "text_index" in train_set.column_names:
-        results["train_windows"] = len(train_set)
+    if n_windows is not None:
+        results["train_windows"] = n_windows
     if state["history"]:
         results["train_loss"] = state["history"][-1]["train_loss"]
     out = Path(a.output_dir)

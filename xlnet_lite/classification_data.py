@@ -246,8 +246,7 @@ def windows(ids, max_len, max_windows=None):
     window is what truncation to max_len keeps; the first `max_windows` are returned (all when None)."""
     body, end = list(ids[:-2]), list(ids[-2:])
     step = max_len - 2
-    starts = range(0, max(len(body), 1), step)
-    return [body[i : i + step] + end for i in list(starts)[:max_windows]]
+    return [body[i : i + step] + end for i in range(0, max(len(body), 1), step)[:max_windows]]
 
 
 def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples, head_len=None,
@@ -304,13 +303,13 @@ def pool_windows(scores, text_index, *, is_regression):
     highest mean probability over the windows."""
     text_index = np.asarray(text_index)
     n_texts = int(text_index.max()) + 1 if len(text_index) else 0
-    values = scores if is_regression else np.exp(scores - scores.max(-1, keepdims=True))
-    if not is_regression:
-        values = values / values.sum(-1, keepdims=True)
-    total = np.zeros((n_texts,) + values.shape[1:])
-    np.add.at(total, text_index, values)
+    if not is_regression:  # class probabilities
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        scores = scores / scores.sum(-1, keepdims=True)
+    total = np.zeros((n_texts,) + scores.shape[1:])
+    np.add.at(total, text_index, scores)
     counts = np.bincount(text_index, minlength=n_texts)
-    mean = total / counts.reshape((-1,) + (1,) * (values.ndim - 1))
+    mean = total / counts.reshape((-1,) + (1,) * (scores.ndim - 1))
     return mean if is_regression else mean.argmax(-1)
 
 
