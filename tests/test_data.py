@@ -11,7 +11,9 @@ from xlnet_lite.data import (
     PretrainingStream,
     build_eval_batches,
     build_token_stream,
+    TextFileDocuments,
     read_text_documents,
+    spread_documents,
     tokenize_documents,
 )
 from xlnet_lite.tokenization_xlnet_lite import SPECIAL_TOKENS, wrap_tokenizer
@@ -35,6 +37,32 @@ def unique_corpus(n_docs=60, seed=0, lengths=(5, 40)):
     lengths = rng.integers(*lengths, size=n_docs)
     ids = np.arange(8, 8 + lengths.sum())
     return np.split(ids, np.cumsum(lengths)[:-1])
+
+
+@pytest.mark.parametrize("n,limit", [(10, 3), (10, 10), (10, 20), (7, 1), (1000, 999), (1000, 7)])
+def test_spread_documents_over_every_kind_of_corpus(tmp_path, n, limit):
+    """Up to `limit` documents spread evenly (first and last part of the corpus both present, no repeats, in order)
+    from a list, a Dataset and a text file (whole or its training part); a stream gives its first `limit`."""
+    texts = [f"document {i}" for i in range(n)]
+    picked = spread_documents(texts, limit)
+    numbers = [int(t.split()[1]) for t in picked]
+    assert len(picked) == min(n, limit) and numbers == sorted(set(numbers)) and numbers[0] == 0
+    if limit > 1:
+        assert numbers[-1] >= n - -(-n // limit), numbers  # the last stride of the corpus is sampled too
+    gaps = np.diff(numbers)
+    assert len(gaps) == 0 or gaps.max() - gaps.min() <= 1  # evenly
+    dataset = datasets.Dataset.from_dict({"body": texts})
+    assert spread_documents(dataset, limit, text_column="body") == picked
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join(texts + ["held out"]), encoding="utf-8")
+    assert spread_documents(TextFileDocuments(path), limit) == spread_documents(texts + ["held out"], limit)
+    train_part = TextFileDocuments(path, hold_out=100 / (n + 1), part="train")
+    assert spread_documents(train_part, limit) == picked
+    stream = datasets.Dataset.from_dict({"body": texts}).to_iterable_dataset()
+    assert spread_documents(stream, limit, text_column="body") == texts[:limit]
+    assert spread_documents(iter(texts), limit) == texts[:limit]
+    with pytest.raises(ValueError, match="limit"):
+        spread_documents(texts, 0)
 
 
 def test_read_text_documents(tmp_path):

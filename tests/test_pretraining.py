@@ -305,3 +305,28 @@ def test_a_bad_token_store_flag_is_one_line(corpus, tmp_path, extra, says):
     extra = [e.format(tmp=tmp_path) for e in extra]
     run_command = cli if "--preprocessing_num_workers" in extra else command  # one as a real command
     one_line_error(run_command(PRETRAIN, *args, *extra), says.format(tmp=tmp_path))
+
+
+def test_tokenizer_trained_on_documents_spread_over_a_sorted_corpus(corpus, tmp_path, capsys):
+    """A corpus stored by topic (as 20 Newsgroups' files are, group after group): the recipe's tokenizer, trained on
+    fewer documents than the corpus holds, is the one trained on documents spread over all of it, and cuts the last
+    topic's words into fewer pieces than a tokenizer of the first documents does."""
+    from xlnet_lite.data import read_text_documents, spread_documents
+    from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
+
+    last = ["xylophone", "yodeller", "zeppelin", "quasar", "walrus"]
+    docs = read_text_documents(corpus / "train.txt")[:20] + [" ".join(last[(i + j) % 5] for j in range(60))
+                                                              for i in range(20)]
+    (tmp_path / "train.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    args = without_corpus_flags(tiny_args(corpus, tmp_path / "out"))
+    args += ["--train_file", str(tmp_path / "train.txt"), "--validation_file", str(corpus / "valid.txt"),
+             "--vocab_size", "120", "--tokenizer_train_documents", "10", "--prepare_only",
+             "--token_store_cache_dir", str(tmp_path / "cache")]
+    run_pretraining.main(args)
+    assert "on 10 training documents spread evenly over the corpus" in capsys.readouterr().out
+    trained = load_tokenizer(tmp_path / "out" / "tokenizer")
+    spread = train_tokenizer(spread_documents(docs, 10), vocab_size=120)
+    assert trained.backend_tokenizer.to_str() == spread.backend_tokenizer.to_str()
+    first_ten = train_tokenizer(docs[:10], vocab_size=120)
+    pieces = [sum(len(t.tokenize(word)) for word in last) for t in (trained, first_ten)]
+    assert pieces[0] < 0.75 * pieces[1], pieces

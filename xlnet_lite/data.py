@@ -126,6 +126,32 @@ def count_text_documents(path: str | os.PathLike) -> int:
     return n
 
 
+def spread_documents(documents, limit: int, *, text_column: str = "text") -> list[str]:
+    """Up to `limit` texts spread evenly over a corpus, to train a tokenizer on: documents i * n // limit for
+    i < limit, or all n of them where n <= limit. A corpus stored in order (by topic, source or date) then gives the
+    tokenizer every part of it, not only the first. The size n is known for a list, a `datasets.Dataset` and
+    `TextFileDocuments` (counted in one pass); of a stream (`datasets.IterableDataset`, any other iterable) the
+    first `limit` documents are taken.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+
+    def positions(n):
+        return range(n) if n <= limit else [i * n // limit for i in range(limit)]
+
+    if hasattr(documents, "column_names"):  # datasets
+        if not hasattr(documents, "num_rows"):  # a stream
+            return [row[text_column] for row in documents.take(limit)]
+        return list(documents.select(positions(documents.num_rows))[text_column])
+    if isinstance(documents, TextFileDocuments):
+        start, stop = documents.document_range()
+        wanted = set(positions((count_text_documents(documents.path) if stop is None else stop) - start))
+        return [text for i, text in enumerate(documents) if i in wanted]
+    if isinstance(documents, Sequence):
+        return [documents[i] for i in positions(len(documents))]
+    return list(itertools.islice(documents, limit))
+
+
 # A sentence ends at a line break, or at . ! ? (optionally followed by a closing quote or
 # bracket) followed by whitespace.
 _SENTENCE_END = re.compile(r"\s*\n\s*|(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+")
