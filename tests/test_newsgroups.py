@@ -539,3 +539,18 @@ def test_gpu_compute_script_refuses_bad_settings_in_one_line(tmp_path, env, mess
     done, calls = run_compute_script(tmp_path, **env)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert calls == []
+
+
+def test_tokenizer_coverage_probe_counts_pieces_per_word_by_group():
+    """benchmarks.probe_tokenizer_coverage: a tokenizer trained on one group's messages cuts that group's words into
+    fewer pieces than another group's; every word is counted once per group."""
+    from benchmarks.probe_tokenizer_coverage import pieces_per_word
+    from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
+
+    seen = [f"the engine and the gearbox of car {i} need oil" for i in range(30)]
+    unseen = [f"the goalie and the defenceman of team {i} skate fast" for i in range(30)]
+    tokenizer = train_tokenizer(seen, vocab_size=80)
+    ratios = pieces_per_word(tokenizer, [("cars", t) for t in seen] + [("hockey", t) for t in unseen])
+    assert set(ratios) == {"cars", "hockey"} and 1 <= ratios["cars"] < ratios["hockey"]
+    words = sum(len(t.split()) for t in seen)
+    assert ratios["cars"] * words == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in seen)
