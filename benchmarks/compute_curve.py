@@ -28,15 +28,20 @@ from pathlib import Path
 
 def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=False):
     """One point per (file, labels) pretrained arm, joined with its random-init and TF-IDF references (of the same
-    labels and flags, and for random init the same model size: a `medium` pretrained arm is never held against a
-    `small` random one; where several files have one, the last given, references last). With prefer_own a file's own
+    labels and flags, and for random init the same model size and tokenizer: a `medium` pretrained arm is never held
+    against a `small` random one; where several files have one, the last given, references last). With prefer_own a file's own
     random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing gets None
     for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
     random_arms, tfidf_rows = {}, {}  # (labels, flags, device, parameters) -> random-init arm; (labels, flags) -> row
 
     def random_key(data, labels):
-        return labels, data["finetune_flags"], data.get("device", "cpu"), data["pretraining_results"]["parameters"]
+        # the tokenizer too: a random init shares its pretrained arm's (files without the pretraining's arguments
+        # predate the flags: 8,000 pieces from 2,000 documents)
+        pretraining_args = data.get("pretraining_args") or {}
+        tokenizer = pretraining_args.get("vocab_size", 8000), pretraining_args.get("tokenizer_train_documents", 2000)
+        return (labels, data["finetune_flags"], data.get("device", "cpu"), data["pretraining_results"]["parameters"],
+                tokenizer)
 
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
         for labels, arms in data["summary"].items():

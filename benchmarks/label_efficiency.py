@@ -7,8 +7,9 @@ against the number of labelled documents per group, for one pretraining (same st
         --out benchmarks/results/label_efficiency.json --plot benchmarks/results/label_efficiency.png
 
 Reads result files of `benchmarks.bench_newsgroups` (each with its own finetuning flags, e.g. more epochs for fewer
-labels); a file run with `--arms pretrained` takes its random-init and TF-IDF arms from another file, or a
---reference file, with the same labels and finetuning flags, as `benchmarks.compute_curve` does.
+labels); a file's own random-init and TF-IDF arms come first (they share its tokenizer), and a file run with `--arms
+pretrained` takes them from another file, or a --reference file, with the same labels and finetuning flags, as
+`benchmarks.compute_curve` does.
 """
 
 import argparse
@@ -48,7 +49,7 @@ def main(argv=None):
     parser.add_argument("--out", help="Write the table as JSON here.")
     parser.add_argument("--plot", help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
-    points = one_pretraining(load_points(args.results, args.reference))
+    points = one_pretraining(load_points(args.results, args.reference, prefer_own=True))
     q = points[0]
     print(f"pretraining: {q['pretraining_steps']:,} steps, {q['pretraining_tokens'] / 1e6:.1f}M tokens, "
           f"{q['pretraining_flops']:.1e} FLOPs")

@@ -174,7 +174,9 @@ def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
     del only_pretrained["summary"]["50"]["random_init"], only_pretrained["summary"]["50"]["tfidf"]
     (tmp_path / "50.json").write_text(json.dumps(only_pretrained))
     reference = bench_file(tmp_path / "ref.json", "50", [0.3] * 3, [0.48, 0.47, 0.49], 0.68, steps=1500)
-    label_efficiency.main([*map(str, files), str(tmp_path / "50.json"), "--reference", str(reference),
+    # a random arm of another tokenizer (same labels, flags and size): the file's own arm wins over it
+    other_tokenizer = bench_file(tmp_path / "ref20.json", "20", [0.3] * 3, [0.30, 0.31, 0.29], 0.57, steps=1500)
+    label_efficiency.main([*map(str, files), str(tmp_path / "50.json"), "--reference", str(reference), str(other_tokenizer),
                            "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
     table = capsys.readouterr().out
     assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 | a test CPU |" in table
@@ -554,3 +556,26 @@ def test_tokenizer_coverage_probe_counts_pieces_per_word_by_group():
     assert set(ratios) == {"cars", "hockey"} and 1 <= ratios["cars"] < ratios["hockey"]
     words = sum(len(t.split()) for t in seen)
     assert ratios["cars"] * words == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in seen)
+
+
+def test_reference_random_arms_are_joined_by_tokenizer(tmp_path):
+    """compute_curve.load_points: a pretrained-only file takes the random-init arm of a model with its own tokenizer
+    (same labels, flags and size otherwise); a file without the pretraining's arguments has the former default one."""
+    from benchmarks.compute_curve import load_points
+
+    def with_tokenizer(path, documents, random_init):
+        data = json.loads(bench_file(path, "50", [0.6] * 3, random_init, 0.68).read_text())
+        if documents is not None:
+            data["pretraining_args"] = {"vocab_size": 8000, "tokenizer_train_documents": documents}
+        path.write_text(json.dumps(data))
+        return path
+
+    first_docs = with_tokenizer(tmp_path / "first.json", None, [0.48] * 3)
+    every_doc = with_tokenizer(tmp_path / "every.json", 100000, [0.50] * 3)
+    for documents, expected in ((2000, 0.48), (100000, 0.50)):
+        lone = json.loads(with_tokenizer(tmp_path / "lone.json", documents, [0.0] * 3).read_text())
+        del lone["summary"]["50"]["random_init"]
+        (tmp_path / "lone.json").write_text(json.dumps(lone))
+        for order in ([first_docs, every_doc], [every_doc, first_docs]):
+            (point,) = load_points([tmp_path / "lone.json"], order)
+            assert point["random_init"] == pytest.approx(expected), (documents, order)
