@@ -33,7 +33,7 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
     random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing gets None
     for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
-    random_arms, tfidf_rows = {}, {}  # (labels, flags, device, parameters) -> random-init arm; (labels, flags) -> row
+    random_arms, tfidf_rows = {}, {}  # random_key -> random-init arm; (labels, flags) -> row
 
     def random_key(data, labels):
         # the tokenizer too: a random init shares its pretrained arm's (files without the pretraining's arguments

@@ -9,9 +9,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from xlnet_lite.data import (
     PretrainingStream,
+    TextFileDocuments,
     build_eval_batches,
     build_token_stream,
-    TextFileDocuments,
     read_text_documents,
     spread_documents,
     tokenize_documents,
