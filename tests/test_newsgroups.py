@@ -174,9 +174,10 @@ def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
     del only_pretrained["summary"]["50"]["random_init"], only_pretrained["summary"]["50"]["tfidf"]
     (tmp_path / "50.json").write_text(json.dumps(only_pretrained))
     reference = bench_file(tmp_path / "ref.json", "50", [0.3] * 3, [0.48, 0.47, 0.49], 0.68, steps=1500)
-    # a random arm of another tokenizer (same labels, flags and size): the file's own arm wins over it
-    other_tokenizer = bench_file(tmp_path / "ref20.json", "20", [0.3] * 3, [0.30, 0.31, 0.29], 0.57, steps=1500)
-    label_efficiency.main([*map(str, files), str(tmp_path / "50.json"), "--reference", str(reference), str(other_tokenizer),
+    # a reference random arm under the same key as 20.json's own (labels, flags, size, tokenizer as the file records
+    # it: a file without the pretraining's arguments may hold another tokenizer's arm): the file's own arm wins
+    rival = bench_file(tmp_path / "ref20.json", "20", [0.3] * 3, [0.30, 0.31, 0.29], 0.57, steps=1500)
+    label_efficiency.main([*map(str, files), str(tmp_path / "50.json"), "--reference", str(reference), str(rival),
                            "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
     table = capsys.readouterr().out
     assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 | a test CPU |" in table
