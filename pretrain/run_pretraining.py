@@ -42,6 +42,7 @@ from xlnet_lite.data import (
     TextFileDocuments,
     build_eval_batches,
     count_text_documents,
+    held_out_positions,
     spread_documents,
 )
 from xlnet_lite.embedded_datasets import (
@@ -93,7 +94,8 @@ class PretrainingArguments(training.RecipeArguments):
     token_store_cache_dir: str | None = field(default=None, metadata={"help": "Where token stores and trained tokenizers are kept, one per corpus and tokenizer (default: $XLNET_LITE_CACHE or $HF_HOME/xlnet_lite)."})
     preprocessing_num_workers: int = field(default=1, metadata={"help": "Processes that tokenize the corpus into the token store. 1: this process, the tokenizers library encoding on every core (the fastest on 2 cores); more where Python's sentence splitting limits it."})
     prepare_only: bool = field(default=False, metadata={"help": "Build the token store (and train the tokenizer), print its path and exit: tokenize on CPU nodes first."})
-    validation_split_percentage: float = field(default=2.0, metadata={"help": "Percent of the documents held out for validation."})
+    validation_split_percentage: float = field(default=2.0, metadata={"help": "Percent of the documents held out for validation where the corpus has no validation part, "
+                          "spread evenly over it (one from the middle of each of that many equal strides)."})
     seq_len: int = field(default=128, metadata={"help": "Tokens per sample: reuse_len + A <sep> B <sep> <cls>."})
     reuse_len: int = field(default=64, metadata={"help": "Tokens the next step reuses through the memory."})
     mem_len: int = field(default=96, metadata={"help": "Memory tokens kept per layer (0: no memory: each step reads its batch alone)."})
@@ -209,8 +211,7 @@ def load_corpus(a: PretrainingArguments):
             return raw["train"], raw["validation"]
         if a.streaming:  # hold out the first documents of the stream
             return raw["train"].skip(200), raw["train"].take(200)
-        parts = raw["train"].train_test_split(test_size=a.validation_split_percentage / 100, seed=a.seed, shuffle=False)
-        return parts["train"], parts["test"]
+        return split_off_validation(raw["train"], a.validation_split_percentage, f"--dataset_name {a.dataset_name}")
     # the embedded news without the validation and test articles of the news-topic task (finetune/run_glue.py)
     train, validation = [], []
     for name in a.embedded_corpus.split("+"):
@@ -220,12 +221,20 @@ def load_corpus(a: PretrainingArguments):
     return train, validation
 
 
-def split_off_validation(texts, percentage, source):
-    texts = [t for t in texts if t.strip()]
-    if len(texts) < 2:
-        raise training.RecipeError(f"{source}: needs at least two non-empty documents (one for validation)")
-    n_valid = max(1, round(len(texts) * percentage / 100))
-    return texts[:-n_valid], texts[-n_valid:]
+def split_off_validation(documents, percentage, source):
+    """(train, validation): `percentage` percent of the documents (a list of texts, its blank ones dropped, or a
+    `datasets.Dataset`) held out for validation, spread over the corpus (`held_out_positions`), each part in order."""
+    if isinstance(documents, list):
+        documents = [t for t in documents if t.strip()]
+    n = len(documents)
+    if n < 2:
+        raise training.RecipeError(f"{source}: needs at least two non-empty documents (one for validation), has {n}")
+    held_out = held_out_positions(n, percentage)
+    keep = np.ones(n, dtype=bool)
+    keep[held_out] = False
+    if isinstance(documents, list):
+        return [t for t, k in zip(documents, keep) if k], [documents[i] for i in held_out]
+    return documents.select(np.flatnonzero(keep)), documents.select(held_out)
 
 
 def check_text_files(a):

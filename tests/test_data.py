@@ -12,6 +12,7 @@ from xlnet_lite.data import (
     TextFileDocuments,
     build_eval_batches,
     build_token_stream,
+    held_out_positions,
     read_text_documents,
     spread_documents,
     tokenize_documents,
@@ -57,12 +58,36 @@ def test_spread_documents_over_every_kind_of_corpus(tmp_path, n, limit):
     path.write_text("\n\n".join(texts + ["held out"]), encoding="utf-8")
     assert spread_documents(TextFileDocuments(path), limit) == spread_documents(texts + ["held out"], limit)
     train_part = TextFileDocuments(path, hold_out=100 / (n + 1), part="train")
-    assert spread_documents(train_part, limit) == picked
+    held = list(TextFileDocuments(path, hold_out=100 / (n + 1), part="validation"))
+    assert len(held) == 1 and train_part.num_documents() == n
+    assert spread_documents(train_part, limit) == spread_documents([t for t in texts + ["held out"] if t not in held],
+                                                                   limit)
     stream = datasets.Dataset.from_dict({"body": texts}).to_iterable_dataset()
     assert spread_documents(stream, limit, text_column="body") == texts[:limit]
     assert spread_documents(iter(texts), limit) == texts[:limit]
     with pytest.raises(ValueError, match="limit"):
         spread_documents(texts, 0)
+
+
+@pytest.mark.parametrize("percentage", [0.5, 2, 10, 33.3, 49.9])
+def test_held_out_positions_spread_over_the_corpus(percentage):
+    """For every corpus size: round(n * p / 100) documents (at least 1, at most n - 1), distinct and in order, one in
+    each of that many equal strides, so the first and the last part of a corpus stored in order are both validated."""
+    for n in list(range(2, 120)) + [997, 10_180, 123_457]:
+        positions = held_out_positions(n, percentage)
+        k = min(n - 1, max(1, round(n * percentage / 100)))
+        assert len(positions) == k and positions == sorted(set(positions)), (n, positions)
+        assert 0 <= positions[0] and positions[-1] < n
+        strides = [i * k // n for i in positions]  # the stride of k equal ones each position falls in
+        assert strides == list(range(k)), (n, positions)
+    topics = [f"topic{t} doc{d}" for t in range(20) for d in range(50)]  # stored topic after topic
+    held = {topics[i].split()[0] for i in held_out_positions(len(topics), 2)}
+    assert held == {f"topic{t}" for t in range(20)}  # 20 of 1,000: one from each topic
+    for bad in (0, 100, -1):
+        with pytest.raises(ValueError, match="percentage"):
+            held_out_positions(10, bad)
+    with pytest.raises(ValueError, match="at least two documents"):
+        held_out_positions(1, 2)
 
 
 def test_read_text_documents(tmp_path):

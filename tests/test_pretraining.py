@@ -232,8 +232,8 @@ def test_config_file_with_flag_override(corpus, tmp_path):
 
 
 def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
-    """newsgroups+news trains on both corpora's training parts; each holds out its own last documents, so the
-    validation text of either is never pretrained on whatever the other's size."""
+    """newsgroups+news trains on both corpora's training parts; each holds out its own documents (spread over it), so
+    the validation text of either is never pretrained on whatever the other's size."""
     corpora = {"newsgroups": [f"group message {i}" for i in range(40)] + ["  "],
                "news": [f"news article {i}" for i in range(200)]}
     monkeypatch.setattr(run_pretraining, "EMBEDDED_CORPORA",
@@ -241,12 +241,29 @@ def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
     args = parse_args(run_pretraining.PretrainingArguments, ["--embedded_corpus", "newsgroups+news",
                                                              "--validation_split_percentage", "10"])
     train, validation = run_pretraining.load_corpus(args)
-    assert validation == corpora["newsgroups"][36:40] + corpora["news"][180:]
-    assert train == corpora["newsgroups"][:36] + corpora["news"][:180]
+    groups_held = [corpora["newsgroups"][i] for i in (5, 15, 25, 35)]  # 4 of the 40 non-blank, one per stride of 10
+    news_held = [corpora["news"][i] for i in range(5, 200, 10)]
+    assert validation == groups_held + news_held
+    assert train == [t for t in corpora["newsgroups"][:40] if t not in groups_held] + \
+        [t for t in corpora["news"] if t not in news_held]
     args = parse_args(run_pretraining.PretrainingArguments,
                       ["--embedded_corpus", "news", "--validation_split_percentage", "10"])
     alone = run_pretraining.load_corpus(args)
-    assert alone == (corpora["news"][:180], corpora["news"][180:])
+    assert alone == ([t for t in corpora["news"] if t not in news_held], news_held)
+
+
+def test_dataset_without_a_validation_split_holds_out_rows_spread_over_it(tmp_path):
+    """A dataset with only a train split, stored topic after topic: --validation_split_percentage holds out rows from
+    every part of it (not its last rows, which would be one topic), and trains on the others in order."""
+    folder = tmp_path / "sorted"
+    folder.mkdir()
+    rows = [f"topic{t} message {d}." for t in range(5) for d in range(20)]
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows), encoding="utf-8")
+    args = parse_args(run_pretraining.PretrainingArguments,
+                      ["--dataset_name", str(folder), "--validation_split_percentage", "5"])
+    train, validation = run_pretraining.load_corpus(args)
+    assert validation["text"] == [rows[i] for i in (10, 30, 50, 70, 90)]
+    assert train["text"] == [r for r in rows if r not in validation["text"]]
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -199,7 +199,9 @@ def test_held_out_documents_of_a_file(tmp_path):
     path = write_documents(tmp_path / "c.txt", docs)
     train = TextFileDocuments(path, hold_out=20, part="train")
     valid = TextFileDocuments(path, hold_out=20, part="validation")
-    assert list(train) == docs[:7] and list(valid) == docs[7:]  # round(9 * 0.2) = 2
+    # round(9 * 0.2) = 2 held out, the middles of the strides 0-4 and 4-8
+    assert list(valid) == [docs[2], docs[6]] and list(train) == docs[:2] + docs[3:6] + docs[7:]
+    assert (train.num_documents(), valid.num_documents(), TextFileDocuments(path).num_documents()) == (7, 2, 9)
     assert count_text_documents(path) == 9
     one = write_documents(tmp_path / "one.txt", ["w1"])
     with pytest.raises(ValueError, match="at least two documents"):

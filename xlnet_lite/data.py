@@ -76,43 +76,68 @@ def read_text_documents(path: str | os.PathLike) -> list[str]:
     return documents
 
 
+def held_out_positions(n: int, percentage: float) -> list[int]:
+    """Which of n documents a validation split of `percentage` percent holds out, in order: k = max(1,
+    round(n * percentage / 100)) of them (at most n - 1), the middle document of each of k equal strides of the corpus.
+    A corpus stored in order (by topic, source or date) is then validated on every part of it and trains on every part
+    too, and the split depends on nothing but n and the percentage.
+
+    Raises ValueError when n < 2 (one side would be empty) or the percentage is not in (0, 100).
+    """
+    if not 0 < percentage < 100:
+        raise ValueError(f"the held-out percentage must be in (0, 100), got {percentage}")
+    if n < 2:
+        raise ValueError(f"needs at least two documents (one for validation), has {n}")
+    k = min(n - 1, max(1, round(n * percentage / 100)))
+    return [(2 * i + 1) * n // (2 * k) for i in range(k)]
+
+
 class TextFileDocuments:
     """The documents of a text file (`iter_text_documents`), read lazily each time they are iterated: a corpus larger
     than memory is never held whole.
 
-    `hold_out=p` keeps the last p percent of the documents (at least one) for validation: `part="train"` is the
-    documents before them, `part="validation"` those; the documents are counted (one pass) when the part is first
-    read.
+    `hold_out=p` holds p percent of the documents out for validation, spread over the file (`held_out_positions`):
+    `part="validation"` is those documents, `part="train"` the others, each in file order; the documents are counted
+    (one pass) when the part is first read.
     """
 
     def __init__(self, path: str | os.PathLike, *, hold_out: float | None = None, part: str | None = None):
         if (hold_out is None) != (part is None) or part not in (None, "train", "validation"):
             raise ValueError("pass hold_out with part='train' or part='validation', or neither")
         self.path, self.hold_out, self.part = Path(path), hold_out, part
-        self._range = None
+        self._split = None
 
     def __iter__(self) -> Iterator[str]:
-        return itertools.islice(iter_text_documents(self.path), *self.document_range())
+        documents = iter_text_documents(self.path)
+        if self.part is None:
+            return documents
+        n, held_out = self._held_out()
+        keep = self.part == "validation"
+        return (text for i, text in enumerate(documents) if (i in held_out) == keep)
 
-    def document_range(self) -> tuple[int, int | None]:
-        """(start, stop) of this part among the file's documents (stop None: to the end)."""
-        if self._range is None:
-            if self.part is None:
-                self._range = (0, None)
-            else:
-                n = count_text_documents(self.path)
-                if n < 2:
-                    raise ValueError(f"{self.path}: needs at least two documents (one for validation), has {n}")
-                n_valid = max(1, round(n * self.hold_out / 100))
-                self._range = (0, n - n_valid) if self.part == "train" else (n - n_valid, None)
-        return self._range
+    def num_documents(self) -> int:
+        """How many documents this part holds (the file counted once)."""
+        if self.part is None:
+            return count_text_documents(self.path)
+        n, held_out = self._held_out()
+        return len(held_out) if self.part == "validation" else n - len(held_out)
+
+    def _held_out(self) -> tuple[int, frozenset[int]]:
+        if self._split is None:
+            n = count_text_documents(self.path)
+            try:
+                positions = held_out_positions(n, self.hold_out)
+            except ValueError as err:
+                raise ValueError(f"{self.path}: {err}") from None
+            self._split = (n, frozenset(positions))
+        return self._split
 
     def fingerprint(self) -> dict:
         """What identifies these documents without reading them: the file (as `datasets` identifies a local data
-        file: path, size, modification time) and the part."""
+        file: path, size, modification time) and the part, with the way the part is chosen."""
         stat = self.path.stat()
         return {"file": str(self.path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                "hold_out": self.hold_out, "part": self.part}
+                "hold_out": self.hold_out, "part": self.part, "held_out_positions": "stride middles"}
 
 
 def count_text_documents(path: str | os.PathLike) -> int:
@@ -144,8 +169,7 @@ def spread_documents(documents, limit: int, *, text_column: str = "text") -> lis
             return [row[text_column] for row in documents.take(limit)]
         return list(documents.select(positions(documents.num_rows))[text_column])
     if isinstance(documents, TextFileDocuments):
-        start, stop = documents.document_range()
-        wanted = set(positions((count_text_documents(documents.path) if stop is None else stop) - start))
+        wanted = set(positions(documents.num_documents()))
         return [text for i, text in enumerate(documents) if i in wanted]
     if isinstance(documents, Sequence):
         return [documents[i] for i in positions(len(documents))]
