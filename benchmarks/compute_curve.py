@@ -37,11 +37,16 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
 
     def random_key(data, labels):
         # the tokenizer too: a random init shares its pretrained arm's (files without the pretraining's arguments
-        # predate the flags: 8,000 pieces from 2,000 documents)
+        # predate the flags: 8,000 pieces from the corpus's first 2,000 documents, which 20 Newsgroups and 20
+        # Newsgroups + news share). A tokenizer from documents spread over all of the corpus (today's default, up
+        # to 100,000) depends on every one of them: the text as it cut it (corpus_tokens) tells apart two trained
+        # with the same flags on other documents (another validation split)
         pretraining_args = data.get("pretraining_args") or {}
         tokenizer = pretraining_args.get("vocab_size", 8000), pretraining_args.get("tokenizer_train_documents", 2000)
-        return (labels, data["finetune_flags"], data.get("device", "cpu"), data["pretraining_results"]["parameters"],
-                tokenizer)
+        pretraining = data["pretraining_results"]
+        corpus = pretraining.get("corpus_tokens") if tokenizer[1] != 2000 else None
+        return (labels, data["finetune_flags"], data.get("device", "cpu"), pretraining["parameters"], tokenizer,
+                corpus)
 
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
         for labels, arms in data["summary"].items():

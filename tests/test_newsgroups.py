@@ -580,3 +580,27 @@ def test_reference_random_arms_are_joined_by_tokenizer(tmp_path):
         for order in ([first_docs, every_doc], [every_doc, first_docs]):
             (point,) = load_points([tmp_path / "lone.json"], order)
             assert point["random_init"] == pytest.approx(expected), (documents, order)
+
+    # two tokenizers from every document, same flags, trained on other documents (another validation split): the
+    # text as each cut it (corpus_tokens) picks the random arm; with the first 2,000 documents it does not matter
+    def cut_into(path, corpus_tokens, random_init, documents=100000):
+        data = json.loads(with_tokenizer(path, documents, random_init).read_text())
+        data["pretraining_results"]["corpus_tokens"] = corpus_tokens
+        path.write_text(json.dumps(data))
+        return path
+
+    split_a = cut_into(tmp_path / "a.json", 3_530_924, [0.48] * 3)
+    split_b = cut_into(tmp_path / "b.json", 3_531_911, [0.50] * 3)
+    for corpus_tokens, expected in ((3_530_924, 0.48), (3_531_911, 0.50)):
+        lone = json.loads(cut_into(tmp_path / "lone.json", corpus_tokens, [0.0] * 3).read_text())
+        del lone["summary"]["50"]["random_init"]
+        (tmp_path / "lone.json").write_text(json.dumps(lone))
+        for order in ([split_a, split_b], [split_b, split_a]):
+            (point,) = load_points([tmp_path / "lone.json"], order)
+            assert point["random_init"] == pytest.approx(expected), (corpus_tokens, order)
+    mixed = json.loads(cut_into(tmp_path / "mix.json", 7_658_488, [0.0] * 3, documents=2000).read_text())
+    del mixed["summary"]["50"]["random_init"]
+    (tmp_path / "mix.json").write_text(json.dumps(mixed))
+    newsgroups = cut_into(tmp_path / "n.json", 3_810_000, [0.47] * 3, documents=2000)
+    (point,) = load_points([tmp_path / "mix.json"], [newsgroups])
+    assert point["random_init"] == pytest.approx(0.47)
