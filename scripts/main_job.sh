@@ -4,9 +4,10 @@
 # initialisation (same tokenizer, same finetuning budget) and with TF-IDF + logistic regression on the same 50 messages
 # per group. The recipes run with their defaults except the data flags and the budget: 10 minutes of pretraining steps
 # (--max_train_minutes; the tokenizer, the token store and evaluation come on top), so a faster machine buys more
-# tokens: 4.4-5.8M (2,147-2,839 steps) on a 2-core Xeon with AMX in bf16, past the ~1.7M where pretraining breaks
-# even on this task at 50 labels per group, and about 1.25M on a 2-core AVX2-only CPU in fp32, where it still costs
-# points (benchmarks/RESULTS.md, 20 Newsgroups, "The pretraining rate"); and 8
+# tokens: 6.3M (3,060 steps) on a 2-core EPYC with AVX512-BF16 in bf16, 4.4-5.8M on 2-core Xeons with AMX, past the
+# ~1.5M where pretraining breaks even on this task at 50 labels per group, and about 1.2M on a 2-core AVX2-only CPU
+# in fp32, where it still costs points (benchmarks/RESULTS.md, 20 Newsgroups, "The validation split spread over the
+# corpus"); and 8
 # finetuning epochs (at 4 the random arm was still improving) keeping the last epoch's model, the validation split
 # scored once at the end (--eval_strategy no; over 35 benchmark runs with these flags the last epoch scored within
 # 0.8 points of the best on validation, 0.16 on average). Both arms finetune at the recipe's default learning rate,

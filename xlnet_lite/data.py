@@ -111,7 +111,7 @@ class TextFileDocuments:
         documents = iter_text_documents(self.path)
         if self.part is None:
             return documents
-        n, held_out = self._held_out()
+        _, held_out = self._held_out()
         keep = self.part == "validation"
         return (text for i, text in enumerate(documents) if (i in held_out) == keep)
 
