@@ -561,46 +561,35 @@ def test_tokenizer_coverage_probe_counts_pieces_per_word_by_group():
 
 def test_reference_random_arms_are_joined_by_tokenizer(tmp_path):
     """compute_curve.load_points: a pretrained-only file takes the random-init arm of a model with its own tokenizer
-    (same labels, flags and size otherwise); a file without the pretraining's arguments has the former default one."""
+    (same labels, flags and size otherwise); a file without the pretraining's arguments has the former default one.
+    Two tokenizers from every document with the same flags, trained on other documents (another validation split),
+    are told apart by the text as each cut it (corpus_tokens); with the corpus's first 2,000 documents (shared by 20
+    Newsgroups and 20 Newsgroups + news) it does not matter."""
     from benchmarks.compute_curve import load_points
 
-    def with_tokenizer(path, documents, random_init):
-        data = json.loads(bench_file(path, "50", [0.6] * 3, random_init, 0.68).read_text())
+    def with_tokenizer(name, documents, random_init=None, corpus_tokens=None):
+        """A result file; without random_init, one of the pretrained arm alone."""
+        path = tmp_path / name
+        data = json.loads(bench_file(path, "50", [0.6] * 3, random_init or [0.0] * 3, 0.68).read_text())
         if documents is not None:
             data["pretraining_args"] = {"vocab_size": 8000, "tokenizer_train_documents": documents}
+        if corpus_tokens is not None:
+            data["pretraining_results"]["corpus_tokens"] = corpus_tokens
+        if random_init is None:
+            del data["summary"]["50"]["random_init"]
         path.write_text(json.dumps(data))
         return path
 
-    first_docs = with_tokenizer(tmp_path / "first.json", None, [0.48] * 3)
-    every_doc = with_tokenizer(tmp_path / "every.json", 100000, [0.50] * 3)
-    for documents, expected in ((2000, 0.48), (100000, 0.50)):
-        lone = json.loads(with_tokenizer(tmp_path / "lone.json", documents, [0.0] * 3).read_text())
-        del lone["summary"]["50"]["random_init"]
-        (tmp_path / "lone.json").write_text(json.dumps(lone))
-        for order in ([first_docs, every_doc], [every_doc, first_docs]):
-            (point,) = load_points([tmp_path / "lone.json"], order)
-            assert point["random_init"] == pytest.approx(expected), (documents, order)
-
-    # two tokenizers from every document, same flags, trained on other documents (another validation split): the
-    # text as each cut it (corpus_tokens) picks the random arm; with the first 2,000 documents it does not matter
-    def cut_into(path, corpus_tokens, random_init, documents=100000):
-        data = json.loads(with_tokenizer(path, documents, random_init).read_text())
-        data["pretraining_results"]["corpus_tokens"] = corpus_tokens
-        path.write_text(json.dumps(data))
-        return path
-
-    split_a = cut_into(tmp_path / "a.json", 3_530_924, [0.48] * 3)
-    split_b = cut_into(tmp_path / "b.json", 3_531_911, [0.50] * 3)
-    for corpus_tokens, expected in ((3_530_924, 0.48), (3_531_911, 0.50)):
-        lone = json.loads(cut_into(tmp_path / "lone.json", corpus_tokens, [0.0] * 3).read_text())
-        del lone["summary"]["50"]["random_init"]
-        (tmp_path / "lone.json").write_text(json.dumps(lone))
-        for order in ([split_a, split_b], [split_b, split_a]):
-            (point,) = load_points([tmp_path / "lone.json"], order)
-            assert point["random_init"] == pytest.approx(expected), (corpus_tokens, order)
-    mixed = json.loads(cut_into(tmp_path / "mix.json", 7_658_488, [0.0] * 3, documents=2000).read_text())
-    del mixed["summary"]["50"]["random_init"]
-    (tmp_path / "mix.json").write_text(json.dumps(mixed))
-    newsgroups = cut_into(tmp_path / "n.json", 3_810_000, [0.47] * 3, documents=2000)
-    (point,) = load_points([tmp_path / "mix.json"], [newsgroups])
-    assert point["random_init"] == pytest.approx(0.47)
+    first_docs = with_tokenizer("first.json", None, [0.48] * 3)
+    every_doc = with_tokenizer("every.json", 100000, [0.50] * 3)
+    split_a = with_tokenizer("a.json", 100000, [0.46] * 3, corpus_tokens=3_530_924)
+    split_b = with_tokenizer("b.json", 100000, [0.52] * 3, corpus_tokens=3_531_911)
+    newsgroups = with_tokenizer("n.json", 2000, [0.47] * 3, corpus_tokens=3_810_000)
+    cases = [((2000, None), [first_docs, every_doc], 0.48), ((100000, None), [first_docs, every_doc], 0.50),
+             ((100000, 3_530_924), [split_a, split_b], 0.46), ((100000, 3_531_911), [split_a, split_b], 0.52),
+             ((2000, 7_658_488), [newsgroups], 0.47)]
+    for (documents, corpus_tokens), references, expected in cases:
+        lone = with_tokenizer("lone.json", documents, corpus_tokens=corpus_tokens)
+        for order in (references, references[::-1]):
+            (point,) = load_points([lone], order)
+            assert point["random_init"] == pytest.approx(expected), (documents, corpus_tokens, order)
