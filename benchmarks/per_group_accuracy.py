@@ -31,15 +31,15 @@ from xlnet_lite.embedded_datasets import (
 def per_group(run_dirs, test):
     """{group: [accuracy of each run]} from each run's predict_results.tsv against the test labels."""
     names = test.features["label"].names
-    truth = [names[i] for i in test["label"]]
+    labels = test["label"]
+    rows_of = {name: [i for i, label in enumerate(labels) if label == g] for g, name in enumerate(names)}
     out = {name: [] for name in names}
     for run in run_dirs:
         with open(Path(run, "predict_results.tsv"), encoding="utf-8") as f:
             predicted = {int(row["index"]): row["prediction"] for row in csv.DictReader(f, delimiter="\t")}
-        if len(predicted) != len(truth):
-            raise SystemExit(f"{run}: {len(predicted)} predictions for {len(truth)} test messages")
-        for name in names:
-            rows = [i for i, t in enumerate(truth) if t == name]
+        if len(predicted) != len(labels):
+            raise SystemExit(f"{run}: {len(predicted)} predictions for {len(labels)} test messages")
+        for name, rows in rows_of.items():
             out[name].append(float(np.mean([predicted[i] == name for i in rows])))
     return out
 
@@ -49,8 +49,8 @@ def validation_by_group(percentage):
     group_of = {text: group for group, text in embedded_newsgroups_messages("train")}
     texts = [t for t in embedded_newsgroups_pretraining_texts() if t.strip()]
     n = len(texts)
-    k = len(held_out_positions(n, percentage))
-    spread, last = set(held_out_positions(n, percentage)), set(range(n - k, n))
+    spread = set(held_out_positions(n, percentage))
+    last = set(range(n - len(spread), n))
     counts = {}
     for i, text in enumerate(texts):
         c = counts.setdefault(group_of[text.strip()], [0, 0, 0])

@@ -227,9 +227,8 @@ def split_off_validation(documents, percentage, source):
     if isinstance(documents, list):
         documents = [t for t in documents if t.strip()]
     n = len(documents)
-    if n < 2:
-        raise training.RecipeError(f"{source}: needs at least two non-empty documents (one for validation), has {n}")
-    held_out = held_out_positions(n, percentage)
+    with training.bad_input(source):  # fewer than two (non-empty) documents
+        held_out = held_out_positions(n, percentage)
     keep = np.ones(n, dtype=bool)
     keep[held_out] = False
     if isinstance(documents, list):
