@@ -32,7 +32,7 @@ from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
 SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
-TILES = {"cuda": [(32, 8), (32, 4), (64, 8), (64, 4)], "cpu": [(16, 1)]}  # (rows per tile, warps); 32 x 8 the default
+TILES = {"cuda": [(32, 8), (32, 4), (64, 8), (64, 4)], "cpu": [(16, 1)]}  # (rows per tile, warps); 32 x 4 the bf16 default
 
 
 def make_inputs(shape, device, dtype, seed=0):

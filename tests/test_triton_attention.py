@@ -247,9 +247,10 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
 
 def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     """benchmarks/triton_resources.py compiles the four kernels for sm_90 here (no GPU needed) at the CUDA defaults
-    in bf16: each fits an H100's shared memory and spills at most a few bytes a thread to local memory (dq sits at
-    the 255-register limit, where scheduling moves a few bytes; 64-row tiles spill 500-3,500), so a change that
-    raises register pressure past the limit fails here before it reaches a GPU."""
+    in bf16: each fits an H100's shared memory and spills at most a few hundred bytes a thread to local memory (at
+    32-row tiles and 4 warps dq spills 236-300 and runs 1.5x faster on an H200 than at 8 warps, which spill none;
+    64-row tiles spill 1,200-3,400), so a change that raises register pressure far past the limit fails here before
+    it reaches a GPU."""
     import json
     import os
     import subprocess
@@ -267,7 +268,7 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["kernel"] for r in rows] == ["forward", "dk_dv", "dq", "dkr"]
     for row in rows:
-        assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 64, row
+        assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 400, row
 
 
 def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):

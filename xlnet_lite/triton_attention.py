@@ -302,16 +302,19 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
 # The operators
 
 
-# Launch settings on CUDA: rows (and keys) per tile, warps per program, and software-pipeline stages in bf16 or fp16
-# (fp32 and dkr take one). Compiled for an H100 with every term on at `base`'s head size 64
-# (benchmarks/triton_resources.py, results/gpu/triton_resources_sm90_*.json): 64-row tiles spill 1.2-3.4 KB a
-# thread to local memory with 4 warps, 0.5-1.4 KB with 8; 32-row tiles with 8 warps and 3 stages spill nothing and
-# need at most 37 KiB of shared memory in bf16 (dkr 32 at one stage). In fp32 one stage keeps every kernel within
-# 64 KiB (at 64-row tiles three would need 330 KiB for dkr, past an H100's 227); dkr at one stage in any precision
-# stays within the 99 KiB of sm_86/89 cards whatever the tile. benchmarks/bench_triton_attention.py times tiles and
-# warps on a GPU.
+# Launch settings on CUDA: rows (and keys) per tile, warps per program in bf16 or fp16 and in fp32, and software-
+# pipeline stages in bf16 or fp16 (fp32 and dkr take one). Compiled for an H100 with every term on at `base`'s head
+# size 64 (benchmarks/triton_resources.py, results/gpu/triton_resources_sm90_*.json): 64-row tiles spill 1.2-3.4 KB a
+# thread to local memory with 4 warps, 0.5-1.4 KB with 8; 32-row tiles need at most 37 KiB of shared memory in bf16
+# (dkr at one stage) and spill nothing with 8 warps, up to 300 bytes (dq) with 4. Timed on an H200 in bf16
+# (benchmarks/bench_triton_attention.py, results/gpu/h200_triton_attention_base_*.json), 32-row tiles with 4 warps run
+# one layer's attention forward and backward 1.5x faster than with 8 (10.9 against 16.5 ms at dropout 0, 14.9 against
+# 21.7 at 0.1) and 1.4-1.7x faster than 64-row tiles, spills and all. fp32 keeps 8 warps and one stage, the setting its
+# CUDA tests passed at, within 64 KiB of shared memory (at 64-row tiles three stages would need 330 KiB for dkr, past
+# an H100's 227); dkr at one stage in any precision stays within the 99 KiB of sm_86/89 cards.
 CUDA_TILE = 32
-CUDA_WARPS = 8
+CUDA_WARPS = 4
+CUDA_WARPS_FP32 = 8
 CUDA_STAGES = 3
 
 
@@ -322,8 +325,9 @@ def _blocks(device, d, dtype):
     block_d = max(16, triton.next_power_of_2(d))
     if device.type != "cuda":
         return 16, block_d, {}, {}
-    stages = 1 if dtype == torch.float32 else CUDA_STAGES
-    return CUDA_TILE, block_d, dict(num_warps=CUDA_WARPS, num_stages=stages), dict(num_warps=CUDA_WARPS, num_stages=1)
+    fp32 = dtype == torch.float32
+    stages, warps = (1, CUDA_WARPS_FP32) if fp32 else (CUDA_STAGES, CUDA_WARPS)
+    return CUDA_TILE, block_d, dict(num_warps=warps, num_stages=stages), dict(num_warps=warps, num_stages=1)
 
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
