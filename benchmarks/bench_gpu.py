@@ -14,8 +14,8 @@ and the masks read inside the kernel; dropout 0, as it takes none on the probabi
 the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the content stream's positional term
 computed inside from the positional keys, the dropout on the probabilities drawn inside; at dropout 0 beside SDPA's:
 lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the graph: lite_triton_compiled_bf16,
-lite_triton_compiled_nodrop_bf16); the
-kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
+lite_triton_compiled_nodrop_bf16); SDPA at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16; a
+backend that refuses the inputs is set aside and named in the JSON's "refused"); the kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
 apart).
 
 A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
@@ -49,7 +49,7 @@ CONFIGS = {
 NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_sdpa_nodrop_bf16",
          "lite_flex_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16", "lite_compiled_nodrop_bf16",
          "lite_flex_compiled_bf16", "lite_triton_bf16", "lite_triton_nodrop_bf16", "lite_triton_compiled_bf16",
-         "lite_triton_compiled_nodrop_bf16"]
+         "lite_triton_compiled_nodrop_bf16", "lite_sdpa_cudnn_nodrop_bf16"]
 # rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
 # dropout 0 (flex_attention takes none on the probabilities; the no-dropout SDPA row is its like-for-like twin))
 DERIVED = {
@@ -62,13 +62,17 @@ DERIVED = {
     "lite_triton_nodrop_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
     "lite_triton_compiled_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, False),
     "lite_triton_compiled_nodrop_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, True),
+    "lite_sdpa_cudnn_nodrop_bf16": ("lite_sdpa_bf16", "sdpa", False, True),
 }
+# rows whose scaled_dot_product_attention is held to one backend (torch.nn.attention.sdpa_kernel): the dispatcher
+# gives XLNet's bias with a gradient to the memory-efficient kernel; cuDNN's (wgmma on Hopper) may take it faster
+HELD = {"lite_sdpa_cudnn_nodrop_bf16": "CUDNN_ATTENTION"}
 # the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel):
 # flex's q.k is D wide, as the segment-bias row's (the one-hot segment dims make the other SDPA rows' D + 8 on CUDA)
 FLOP_TWIN = {**bm.EAGER_TWIN, "lite_compiled_nodrop_bf16": "lite_sdpa_bf16", "lite_flex_bf16": "lite_sdpa_segbias_bf16",
              "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16", **{n: "lite_sdpa_segbias_bf16" for n in (
                  "lite_triton_bf16", "lite_triton_nodrop_bf16", "lite_triton_compiled_bf16",
-                 "lite_triton_compiled_nodrop_bf16")}}
+                 "lite_triton_compiled_nodrop_bf16")}, "lite_sdpa_cudnn_nodrop_bf16": "lite_sdpa_bf16"}
 
 
 def compiled(name):
@@ -84,6 +88,21 @@ def segment_as_bias(variant):
 
     def forward(*args, **kwargs):
         with mock.patch.object(modeling, "segment_dims", lambda seg_keys, d_head: 0):
+            return inner(*args, **kwargs)
+
+    variant.forward = forward
+    return variant
+
+
+def held_to(variant, backend):
+    """The variant with scaled_dot_product_attention held to one backend (SDPBackend's name) in its forward pass
+    (the backward runs the kernel the forward chose)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    inner = variant.forward
+
+    def forward(*args, **kwargs):
+        with sdpa_kernel([getattr(SDPBackend, backend)]):
             return inner(*args, **kwargs)
 
     variant.forward = forward
@@ -114,6 +133,8 @@ def build(cfg, names):
                                      is_compiled)
             if segment_bias:
                 variants[n] = segment_as_bias(variants[n])
+            if n in HELD:
+                variants[n] = held_to(variants[n], HELD[n])
     return {n: variants[n] for n in names}
 
 
@@ -163,10 +184,19 @@ def run_config(args, name, device):
     print(f"\n=== {name}: {cfg}", flush=True)
     peak = bf16_peak(device)
     variants = {n: to_gpu(v, device) for n, v in build(cfg, names).items()}  # built on the CPU, then moved
-    first = {}
-    for n, v in variants.items():
+    first, refused = {}, {}
+    for n, v in list(variants.items()):
         t0 = time.perf_counter()
-        v.train_step()
+        try:
+            v.train_step()
+        except RuntimeError as exc:  # a held SDPA backend that cannot take these inputs: set aside, not timed
+            if n not in HELD:
+                raise
+            refused[n] = str(exc).strip().splitlines()[0][:300]
+            print(f"  {n} refused: {refused[n]}", flush=True)
+            del variants[n]
+            names.remove(n)
+            continue
         torch.cuda.synchronize()
         first[n] = time.perf_counter() - t0
         print(f"  first training step {n}: {first[n]:.2f} s", flush=True)
@@ -192,7 +222,7 @@ def run_config(args, name, device):
         print(f"{n:<26} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_bf16']:6.2f} "
               f"{r['step_memory_bytes'] / 2**30:9.2f} {r['memory_ratio_vs_hf_bf16']:6.2f} "
               f"{100 * r['train_mfu']:5.1f}% {r['first_train_step_s']:8.1f}s", flush=True)
-    return dict(config=cfg, tokens_per_step=tokens, variants=rows,
+    return dict(config=cfg, tokens_per_step=tokens, variants=rows, refused=refused,
                 bf16_matmul_peak_flops=dict(median=peak_flops, samples=peak))
 
 

@@ -24,6 +24,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 
 from benchmarks import bench_gpu
 from benchmarks.environment import environment
@@ -32,6 +33,8 @@ from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
 SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
+# the fused SDPA backends that take a bias (flash takes none); on CUDA a row each, the backend held
+SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
 TILES = {"cuda": [(32, 8), (32, 4), (64, 8), (64, 4)], "cpu": [(16, 1)]}  # (rows per tile, warps); 32 x 4 the bf16 default
 
 
@@ -71,6 +74,21 @@ def triton_path(x, dropout):
                               seg_k=x["seg_k"], blocked=x["blocked"], dropout_p=dropout, qlen=x["Q"])
 
 
+class HeldTo:
+    """The SDPA path with scaled_dot_product_attention held to one of its CUDA backends
+    (`torch.nn.attention.sdpa_kernel`): which kernel takes XLNet's bias (and gives its gradient) fastest; the plain
+    row is the one the dispatcher picks."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __call__(self, x, dropout, backward=True):
+        from torch.nn.attention import sdpa_kernel
+
+        with sdpa_kernel([self.backend]):
+            return step(sdpa_path, x, dropout, backward)
+
+
 class Tiled:
     """The Triton path at one launch setting, forward and backward (the module's CUDA settings swapped in for the
     step and put back after it)."""
@@ -98,6 +116,30 @@ def step(path, x, dropout, backward=True):
     out = path(x, dropout)
     out.backward(x["grad"])
     return out
+
+
+def checked(rows, x):
+    """The rows that run forward and backward at dropout 0 (a backend that cannot take the inputs is refused, with
+    its error), and each one's largest difference from the SDPA path's output and query gradients (NaN included)."""
+    grads = {}
+    for n, fn in list(rows.items()):
+        try:
+            out = fn(x, 0.0).detach().float()
+        except RuntimeError as exc:  # "No available kernel" and the like
+            grads[n] = str(exc).strip().splitlines()[0][:300]
+            continue
+        grads[n] = (out, x["qw"].grad.detach().float().clone())
+    refused = {n: g for n, g in grads.items() if isinstance(g, str)}
+    rows = {n: fn for n, fn in rows.items() if n not in refused}
+    out_ref, grad_ref = grads["sdpa_path"]
+
+    def largest(a, b):
+        d = (a - b).abs().max()
+        return float("nan") if d.isnan() else d.item()
+
+    error = {n: largest(grads[n][0], out_ref) for n in rows}
+    grad_error = {n: largest(grads[n][1], grad_ref) for n in rows}
+    return rows, refused, error, grad_error
 
 
 def timed_step(fn, x, dropout, device):
@@ -130,10 +172,11 @@ def main(argv=None):
     shape = SHAPES[args.shape]
     x = make_inputs(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     rows = {"sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
+            **({f"sdpa_path_{b.name.lower()}": HeldTo(b) for b in SDPA_BACKENDS} if device.type == "cuda" else {}),
             **{f"triton_tile{t}_warps{w}": Tiled(t, w) for t, w in TILES[device.type]}}
-    with torch.no_grad():
-        reference = sdpa_path(x, 0.0).float()
-        error = {n: (fn(x, 0.0, backward=False).float() - reference).abs().max().item() for n, fn in rows.items()}
+    rows, refused, error, grad_error = checked(rows, x)
+    for n, why in refused.items():
+        print(f"{n:<24} refused: {why}", flush=True)
     times = {n: [] for n in rows}
     for i in range(args.warmup + args.runs):
         for n in list(rows)[i % len(rows):] + list(rows)[:i % len(rows)]:  # the order rotating every run
@@ -146,14 +189,16 @@ def main(argv=None):
         t = statistics.median(times[n])
         results[n] = dict(median_s=t, times_s=times[n], tflop_per_s=flops / t / 1e12,
                           step_memory_bytes=bench_gpu.step_memory(lambda: fn(x, args.dropout))
-                          if device.type == "cuda" else None, max_abs_diff_vs_sdpa=error[n])
+                          if device.type == "cuda" else None, max_abs_diff_vs_sdpa=error[n],
+                          max_abs_grad_diff_vs_sdpa=grad_error[n])
         memory = results[n]["step_memory_bytes"]
         print(f"{n:<24} {1000 * t:9.2f} ms {flops / t / 1e12:7.1f} TFLOP/s "
-              f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}", flush=True)
+              f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}"
+              f"  grad {grad_error[n]:.2e}", flush=True)
     command = "python -m benchmarks.bench_triton_attention " + " ".join(sys.argv[1:] if argv is None else argv)
     write_json(args.out, dict(command=command,
                               environment=environment(), shape=shape, dropout=args.dropout, matmul_flops=flops,
-                              rows=results))
+                              rows=results, refused=refused))
 
 
 if __name__ == "__main__":

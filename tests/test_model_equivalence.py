@@ -389,6 +389,38 @@ def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims(monkeypatch
     close(losses["lite_sdpa_segbias_bf16"], losses["lite_sdpa_bf16"])
 
 
+def test_bench_gpu_cudnn_row_is_the_dropout_0_sdpa_row_held_to_cudnn(monkeypatch):
+    """benchmarks/bench_gpu.py's lite_sdpa_cudnn_nodrop_bf16 runs the dropout-0 SDPA row's weights, batch and memory,
+    its forward inside sdpa_kernel([CUDNN_ATTENTION]) (recorded here: the CPU has no cuDNN attention), and gives its
+    loss."""
+    import contextlib
+
+    import torch.nn.attention
+    from torch.nn.attention import SDPBackend
+
+    from benchmarks import bench_gpu
+
+    held = []
+
+    @contextlib.contextmanager
+    def recording(backends):
+        held.append(list(backends))
+        yield
+
+    monkeypatch.setattr(torch.nn.attention, "sdpa_kernel", recording)
+    cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
+               mem_len=6, reuse_len=6, dropout=0.1)
+    variants = bench_gpu.build(cfg, ["lite_sdpa_nodrop_bf16", "lite_sdpa_cudnn_nodrop_bf16"])
+    losses = {}
+    for name, variant in variants.items():
+        variant.autocast_dtype = None
+        with torch.no_grad():
+            losses[name] = variant.forward(**variant.inputs).loss
+    assert held == [[SDPBackend.CUDNN_ATTENTION]]
+    close(losses["lite_sdpa_cudnn_nodrop_bf16"], losses["lite_sdpa_nodrop_bf16"])
+    assert bench_gpu.FLOP_TWIN["lite_sdpa_cudnn_nodrop_bf16"] == "lite_sdpa_bf16"
+
+
 def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
     """benchmarks/bench_gpu.py's flex rows run the same weights, batch and memory as its SDPA rows, every dropout at
     0 (flex_attention takes none), as does their like-for-like SDPA row, and so does the Triton kernels' row at

@@ -243,6 +243,40 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert set(rows) == {"sdpa_path", "triton_tile16_warps1"}
     assert rows["triton_tile16_warps1"]["max_abs_diff_vs_sdpa"] < 1e-5 and rows["sdpa_path"]["median_s"] > 0
+    assert rows["triton_tile16_warps1"]["max_abs_grad_diff_vs_sdpa"] < 1e-5
+
+
+def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong_gradient():
+    """A row whose kernel raises (an SDPA backend that takes no such bias) is set aside with its error, not timed;
+    a row whose query gradient differs from the SDPA path's, or is NaN, reports the difference."""
+    import math
+
+    from benchmarks import bench_triton_attention as bench
+
+    x = bench.make_inputs(bench.SHAPES["tiny"], torch.device("cpu"), torch.float32)
+
+    def refused(x, dropout, backward=True):
+        raise RuntimeError("No available kernel. Aborting execution.\nmore lines")
+
+    def scaled_grad(factor):
+        def row(x, dropout, backward=True):
+            for name in ("qw", "qr", "k", "v", "kr", "gain"):
+                x[name].grad = None
+            out = bench.sdpa_path(x, dropout)
+            out.register_hook(lambda grad: grad * factor)  # the same output, its gradient times factor
+            out.backward(x["grad"])
+            return out
+        return row
+
+    def plain(x, dropout, backward=True):
+        return bench.step(bench.sdpa_path, x, dropout, backward)
+
+    rows, refused_rows, error, grad_error = bench.checked(
+        {"sdpa_path": plain, "no_kernel": refused, "double": scaled_grad(2.0), "nan": scaled_grad(float("nan"))}, x)
+    assert set(rows) == {"sdpa_path", "double", "nan"}
+    assert refused_rows == {"no_kernel": "No available kernel. Aborting execution."}
+    assert error == {"sdpa_path": 0.0, "double": 0.0, "nan": 0.0}
+    assert grad_error["sdpa_path"] == 0.0 and grad_error["double"] > 1e-3 and math.isnan(grad_error["nan"])
 
 
 def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
@@ -273,7 +307,7 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
 
 def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
     """benchmarks/run_triton_on_gpu.sh, run with a `python3` that only records its arguments: its test selection
-    collects the kernels' CUDA tests, and every benchmark row and profile variant it names exists."""
+    collects the kernels' CUDA tests, and every benchmark row it names exists, and the profile's (with PROFILE_S)."""
     import subprocess
 
     from recipe_helpers import REPO, run_recording_python3
@@ -286,15 +320,22 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
     for args in recorded:
         if args[0] == "-m":
             calls.setdefault(args[1], []).append(args[2:])
-    (pytest_args,), (gpu_args,) = calls["pytest"], calls["benchmarks.bench_gpu"]
-    (profile_args,) = calls["benchmarks.profile_gpu"]
+    (pytest_args,), gpu_calls = calls["pytest"], calls["benchmarks.bench_gpu"]
+    assert "benchmarks.profile_gpu" not in calls  # only with PROFILE_S set
     selection = pytest_args[pytest_args.index("-k") + 1]
     collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-k", selection,
                                 "--collect-only", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
                                cwd=REPO)
     names = [line for line in collected.stdout.splitlines() if "::" in line]
     assert len(names) == 14 and all("triton" in n for n in names), collected.stdout[-2000:]
-    variants = gpu_args[gpu_args.index("--variants") + 1:gpu_args.index("--out")]
-    assert variants and set(variants) <= set(bench_gpu.NAMES) and any("triton" in v for v in variants)
+    assert len(gpu_calls) == 2
+    for gpu_args in gpu_calls:
+        variants = gpu_args[gpu_args.index("--variants") + 1:gpu_args.index("--out")]
+        assert variants and set(variants) <= set(bench_gpu.NAMES) and any("triton" in v for v in variants)
+    assert [a[a.index("--dropout") + 1] for a in calls["benchmarks.bench_triton_attention"]] == ["0"]
+    (tmp_path / "profiled").mkdir()
+    done, recorded = run_recording_python3("benchmarks/run_triton_on_gpu.sh", tmp_path / "profiled",
+                                           OUT=str(tmp_path / "out2"), PROFILE_S="60")
+    assert done.returncode == 0, done.stderr
+    (profile_args,) = [args[2:] for args in recorded if args[:2] == ["-m", "benchmarks.profile_gpu"]]
     assert profile_args[profile_args.index("--variant") + 1] in bench_gpu.NAMES
-    assert sorted(a[a.index("--dropout") + 1] for a in calls["benchmarks.bench_triton_attention"]) == ["0", "0.1"]
