@@ -10,8 +10,9 @@ Shapes: "base" is a `base` layer at XLNet's pretraining shapes (B 32, 12 heads o
 memory: K 896 keys, R 1408 distances), with the collator's factorization masks and two segments; "tiny" runs on a
 CPU in Triton's interpreter (TRITON_INTERPRET=1) to check the script. bf16 on CUDA (fp32 on the CPU). Each row: the
 median of --runs forward + backward passes (CUDA events; perf_counter on the CPU) after --warmup, the rows
-alternating; the most memory the step held above its inputs; and the largest difference of its output from the SDPA
-path's at dropout 0 (its check). TFLOP/s counts the SDPA path's matmuls (q.k, the positional product, p.v and their
+alternating; the most memory the step held above its inputs; and the largest difference of its output, and of its
+gradients of every input, from the SDPA path's at dropout 0 (its check). On CUDA, rows with SDPA held to each fused
+backend that takes a bias; one that refuses the inputs is named in the JSON's "refused". TFLOP/s counts the SDPA path's matmuls (q.k, the positional product, p.v and their
 gradients), the work both do. Not a test.
 """
 
@@ -33,9 +34,11 @@ from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
 SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
+GRADS = ("qw", "qr", "k", "v", "kr", "gain")  # the inputs a step takes gradients of
 # the fused SDPA backends that take a bias (flash takes none); on CUDA a row each, the backend held
 SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-TILES = {"cuda": [(32, 8), (32, 4), (64, 8), (64, 4)], "cpu": [(16, 1)]}  # (rows per tile, warps); 32 x 4 the bf16 default
+# (rows per tile, warps); 32 x 4 the bf16 default
+TILES = {"cuda": [(32, 8), (32, 4), (64, 8), (64, 4)], "cpu": [(16, 1)]}
 
 
 def make_inputs(shape, device, dtype, seed=0):
@@ -111,7 +114,7 @@ def step(path, x, dropout, backward=True):
     """The path's output; with backward, its backward pass run too (the inputs' gradients cleared first)."""
     if not backward:
         return path(x, dropout)
-    for name in ("qw", "qr", "k", "v", "kr", "gain"):
+    for name in GRADS:
         x[name].grad = None
     out = path(x, dropout)
     out.backward(x["grad"])
@@ -119,27 +122,29 @@ def step(path, x, dropout, backward=True):
 
 
 def checked(rows, x):
-    """The rows that run forward and backward at dropout 0 (a backend that cannot take the inputs is refused, with
-    its error), and each one's largest difference from the SDPA path's output and query gradients (NaN included)."""
-    grads = {}
-    for n, fn in list(rows.items()):
+    """The rows that run forward and backward at dropout 0 (a row holding SDPA to a backend that cannot take the
+    inputs is refused, with its error; any other row's error stops the run), and each one's largest difference from
+    the SDPA path's output and from its gradients of every input (NaN included)."""
+    results, refused = {}, {}
+    for n, fn in rows.items():
         try:
             out = fn(x, 0.0).detach().float()
         except RuntimeError as exc:  # "No available kernel" and the like
-            grads[n] = str(exc).strip().splitlines()[0][:300]
+            if not isinstance(fn, HeldTo):
+                raise
+            refused[n] = str(exc).strip().splitlines()[0][:300]
             continue
-        grads[n] = (out, x["qw"].grad.detach().float().clone())
-    refused = {n: g for n, g in grads.items() if isinstance(g, str)}
-    rows = {n: fn for n, fn in rows.items() if n not in refused}
-    out_ref, grad_ref = grads["sdpa_path"]
+        results[n] = (out, [x[k].grad.detach().float().clone() for k in GRADS])
+    out_ref, grads_ref = results["sdpa_path"]
 
     def largest(a, b):
         d = (a - b).abs().max()
         return float("nan") if d.isnan() else d.item()
 
-    error = {n: largest(grads[n][0], out_ref) for n in rows}
-    grad_error = {n: largest(grads[n][1], grad_ref) for n in rows}
-    return rows, refused, error, grad_error
+    error = {n: largest(out, out_ref) for n, (out, _) in results.items()}
+    grad_error = {n: max((largest(g, r) for g, r in zip(grads, grads_ref)), key=lambda d: (d != d, d))
+                  for n, (_, grads) in results.items()}
+    return {n: fn for n, fn in rows.items() if n in results}, refused, error, grad_error
 
 
 def timed_step(fn, x, dropout, device):

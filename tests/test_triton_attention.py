@@ -255,12 +255,16 @@ def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong
 
     x = bench.make_inputs(bench.SHAPES["tiny"], torch.device("cpu"), torch.float32)
 
-    def refused(x, dropout, backward=True):
-        raise RuntimeError("No available kernel. Aborting execution.\nmore lines")
+    class Refused(bench.HeldTo):
+        def __call__(self, x, dropout, backward=True):
+            raise RuntimeError("No available kernel. Aborting execution.\nmore lines")
+
+    def broken(x, dropout, backward=True):
+        raise RuntimeError("an error of a kernel, not a refusal")
 
     def scaled_grad(factor):
         def row(x, dropout, backward=True):
-            for name in ("qw", "qr", "k", "v", "kr", "gain"):
+            for name in bench.GRADS:
                 x[name].grad = None
             out = bench.sdpa_path(x, dropout)
             out.register_hook(lambda grad: grad * factor)  # the same output, its gradient times factor
@@ -271,12 +275,34 @@ def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong
     def plain(x, dropout, backward=True):
         return bench.step(bench.sdpa_path, x, dropout, backward)
 
+    def kr_grad_doubled(x, dropout, backward=True):
+        out = bench.step(bench.sdpa_path, x, dropout, backward)
+        x["kr"].grad *= 2
+        return out
+
     rows, refused_rows, error, grad_error = bench.checked(
-        {"sdpa_path": plain, "no_kernel": refused, "double": scaled_grad(2.0), "nan": scaled_grad(float("nan"))}, x)
-    assert set(rows) == {"sdpa_path", "double", "nan"}
+        {"sdpa_path": plain, "no_kernel": Refused(None), "double": scaled_grad(2.0), "nan": scaled_grad(float("nan")),
+         "kr": kr_grad_doubled}, x)
+    assert set(rows) == {"sdpa_path", "double", "nan", "kr"}
     assert refused_rows == {"no_kernel": "No available kernel. Aborting execution."}
-    assert error == {"sdpa_path": 0.0, "double": 0.0, "nan": 0.0}
+    assert error == {"sdpa_path": 0.0, "double": 0.0, "nan": 0.0, "kr": 0.0}
     assert grad_error["sdpa_path"] == 0.0 and grad_error["double"] > 1e-3 and math.isnan(grad_error["nan"])
+    assert grad_error["kr"] > 1e-3  # a gradient other than the queries'
+    with pytest.raises(RuntimeError, match="not a refusal"):
+        bench.checked({"sdpa_path": plain, "broken": broken}, x)
+
+
+def test_cuda_launch_settings_by_precision():
+    """On CUDA, bf16 and fp16 launch 4 warps a tile with 3 pipeline stages (dkr one), fp32 8 warps at one stage;
+    the interpreter takes 16-row tiles and no launch options."""
+    from xlnet_lite import triton_attention as ta
+
+    cuda = torch.device("cuda")  # only read by _blocks: no GPU needed
+    for dtype in (torch.bfloat16, torch.float16):
+        assert ta._blocks(cuda, 64, dtype) == (32, 64, dict(num_warps=4, num_stages=3), dict(num_warps=4, num_stages=1))
+    assert ta._blocks(cuda, 64, torch.float32) == (32, 64, dict(num_warps=8, num_stages=1),
+                                                   dict(num_warps=8, num_stages=1))
+    assert ta._blocks(torch.device("cpu"), 12, torch.float32) == (16, 16, {}, {})
 
 
 def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
