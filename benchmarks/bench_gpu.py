@@ -15,8 +15,8 @@ the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the con
 computed inside from the positional keys, the dropout on the probabilities drawn inside; at dropout 0 beside SDPA's:
 lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the graph: lite_triton_compiled_bf16,
 lite_triton_compiled_nodrop_bf16); SDPA at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16; a
-backend that refuses the inputs is set aside and named in the JSON's "refused"); the kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported
-apart).
+backend that refuses the inputs is set aside and named in the JSON's "refused"); the kernels compiled
+(torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported apart).
 
 A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
 --runs runs after --warmup, the variants alternating (the order rotating every run). Memory: the most the CUDA
@@ -36,6 +36,7 @@ from unittest import mock
 
 import torch
 from accelerate.utils import send_to_device
+from torch.nn.attention import SDPBackend
 
 from benchmarks import bench_model as bm
 from benchmarks.environment import environment
@@ -66,7 +67,7 @@ DERIVED = {
 }
 # rows whose scaled_dot_product_attention is held to one backend (torch.nn.attention.sdpa_kernel): the dispatcher
 # gives XLNet's bias with a gradient to the memory-efficient kernel; cuDNN's (wgmma on Hopper) may take it faster
-HELD = {"lite_sdpa_cudnn_nodrop_bf16": "CUDNN_ATTENTION"}
+HELD = {"lite_sdpa_cudnn_nodrop_bf16": SDPBackend.CUDNN_ATTENTION}
 # the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel):
 # flex's q.k is D wide, as the segment-bias row's (the one-hot segment dims make the other SDPA rows' D + 8 on CUDA)
 FLOP_TWIN = {**bm.EAGER_TWIN, "lite_compiled_nodrop_bf16": "lite_sdpa_bf16", "lite_flex_bf16": "lite_sdpa_segbias_bf16",
@@ -95,18 +96,24 @@ def segment_as_bias(variant):
 
 
 def held_to(variant, backend):
-    """The variant with scaled_dot_product_attention held to one backend (SDPBackend's name) in its forward pass
-    (the backward runs the kernel the forward chose)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    """The variant with scaled_dot_product_attention held to one backend (an SDPBackend) in its forward pass (the
+    backward runs the kernel the forward chose)."""
+    from torch.nn.attention import sdpa_kernel
 
     inner = variant.forward
 
     def forward(*args, **kwargs):
-        with sdpa_kernel([getattr(SDPBackend, backend)]):
+        with sdpa_kernel([backend]):
             return inner(*args, **kwargs)
 
     variant.forward = forward
     return variant
+
+
+def refusal(exc):
+    """The first line of a held SDPA backend's error ("No available kernel..."), as the JSON's "refused" records
+    it."""
+    return str(exc).strip().splitlines()[0][:300]
 
 
 def without_dropout(model):
@@ -192,10 +199,9 @@ def run_config(args, name, device):
         except RuntimeError as exc:  # a held SDPA backend that cannot take these inputs: set aside, not timed
             if n not in HELD:
                 raise
-            refused[n] = str(exc).strip().splitlines()[0][:300]
+            refused[n] = refusal(exc)
             print(f"  {n} refused: {refused[n]}", flush=True)
             del variants[n]
-            names.remove(n)
             continue
         torch.cuda.synchronize()
         first[n] = time.perf_counter() - t0
@@ -206,7 +212,7 @@ def run_config(args, name, device):
     peak += bf16_peak(device)
     peak_flops = bm.median(peak)
     rows = {}
-    for n in names:
+    for n in variants:  # in NAMES' order, less any refused
         t = bm.median(times[n])
         f = flops[FLOP_TWIN.get(n, n)]  # a compiled or flex row does its eager twin's FLOPs (the segment bias: its own)
         rows[n] = dict(train_median_s=t, train_times_s=times[n], train_tokens_per_s=tokens / t,

@@ -12,8 +12,8 @@ CPU in Triton's interpreter (TRITON_INTERPRET=1) to check the script. bf16 on CU
 median of --runs forward + backward passes (CUDA events; perf_counter on the CPU) after --warmup, the rows
 alternating; the most memory the step held above its inputs; and the largest difference of its output, and of its
 gradients of every input, from the SDPA path's at dropout 0 (its check). On CUDA, rows with SDPA held to each fused
-backend that takes a bias; one that refuses the inputs is named in the JSON's "refused". TFLOP/s counts the SDPA path's matmuls (q.k, the positional product, p.v and their
-gradients), the work both do. Not a test.
+backend that takes a bias; one that refuses the inputs is named in the JSON's "refused". TFLOP/s counts the SDPA
+path's matmuls (q.k, the positional product, p.v and their gradients), the work both do. Not a test.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class HeldTo:
     def __call__(self, x, dropout, backward=True):
         from torch.nn.attention import sdpa_kernel
 
-        with sdpa_kernel([self.backend]):
+        with sdpa_kernel([self.backend]):  # as bench_gpu.held_to holds a model's
             return step(sdpa_path, x, dropout, backward)
 
 
@@ -132,7 +132,7 @@ def checked(rows, x):
         except RuntimeError as exc:  # "No available kernel" and the like
             if not isinstance(fn, HeldTo):
                 raise
-            refused[n] = str(exc).strip().splitlines()[0][:300]
+            refused[n] = bench_gpu.refusal(exc)
             continue
         results[n] = (out, [x[k].grad.detach().float().clone() for k in GRADS])
     out_ref, grads_ref = results["sdpa_path"]

@@ -83,8 +83,9 @@ def main(argv=None):
         result["arms"][name] = {"runs": runs, "per_group": {g: {"mean": float(np.mean(v)), "runs": v}
                                                             for g, v in accuracy.items()}}
     if a.validation_split_percentage:
+        held_out = validation_by_group(a.validation_split_percentage)
         result["pretraining_validation"] = {g: {"spread": s, "last_documents": l, "pretraining_messages": m}
-                                            for g, (s, l, m) in validation_by_group(a.validation_split_percentage).items()}
+                                            for g, (s, l, m) in held_out.items()}
         groups = groups or list(result["pretraining_validation"])
     header = ["group"] + list(arms) + (["held out: spread / last / of"] if a.validation_split_percentage else [])
     print(" | ".join(header))
