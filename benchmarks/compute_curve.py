@@ -103,6 +103,9 @@ def _labels_key(labels):
 
 
 DEFAULT_SERIES = "defaults"
+# each --series line's marker and line style, in the order given (one pair per line)
+SERIES_MARKERS = "D^vP*X"
+SERIES_STYLES = (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)), (0, (1, 1)))
 # (name, the point's field, the target): where the gain over random init reaches 0, +5 and +10 points, and where the
 # pretrained model reaches TF-IDF
 MILESTONES = (("random init", "gain_over_random_init", 0.0), ("random init + 5", "gain_over_random_init", 0.05),
@@ -201,7 +204,7 @@ def plot(points, path, main=DEFAULT_SERIES):
                         ls="none" if gpu else "--", marker="x", color=color,
                         label=None if gpu else f"{labels} labels/group{named}: pretrained - TF-IDF")
     others = dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != main)
-    for (series, marker, ls) in zip(others, "D^vP*", (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)))):
+    for (series, marker, ls) in zip(others, SERIES_MARKERS, SERIES_STYLES):
         for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
             for gpu in (False, True):  # its CPU line, then its GPU points apart, in one colour
@@ -218,8 +221,10 @@ def plot(points, path, main=DEFAULT_SERIES):
     ax.set_ylabel("test accuracy difference (points)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not over them
     ax.grid(alpha=0.3)
+    # tall enough for the legend's entries (about 0.15 inch each at this font size)
+    fig.set_size_inches(12, max(4.2, 0.15 * len(ax.get_legend_handles_labels()[1]) + 0.8))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes included
     return ax
 
 
@@ -242,8 +247,8 @@ def main(argv=None):
         if series[0] == args.name or [s[0] for s in args.series].count(series[0]) > 1:
             parser.error(f"--series {series[0]}: the name is taken (the result files are {args.name!r}; one "
                          "--series per name)")
-    if len(args.series) > 5:
-        parser.error("--series: at most 5 other recipes in one plot")
+    if len(args.series) > len(SERIES_MARKERS):
+        parser.error(f"--series: at most {len(SERIES_MARKERS)} other recipes in one plot")
     for path in args.results + args.reference + [f for series in args.series for f in series[1:]]:
         if not Path(path).is_file():
             parser.error(f"no result file {path}")
