@@ -237,7 +237,8 @@ def main(argv=None):
                         help="The result files' pretraining recipe, as the table and the legend name it.")
     parser.add_argument("--series", nargs="+", action="append", default=[], metavar=("NAME", "FILE"),
                         help="Another pretraining recipe's result files (at least one), drawn as their own line named "
-                             "NAME (up to 5 such recipes); give it after the result files, which it would take in.")
+                             f"NAME (up to {len(SERIES_MARKERS)} such recipes); give it after the result files, which it "
+                             "would take in.")
     parser.add_argument("--out", default=None, help="Write the points as JSON here.")
     parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
