@@ -173,7 +173,7 @@ def plot(points, path, main=DEFAULT_SERIES):
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(10, 4.2))
+    fig, ax = plt.subplots()  # sized below, once the legend's entries are known
     x_all = [q["pretraining_tokens"] / 1e6 for q in points]
     colors = {}  # labels -> the main line's colour, which another recipe's line of the same labels shares
     named = "" if main == DEFAULT_SERIES else f", {main}"
@@ -221,7 +221,7 @@ def plot(points, path, main=DEFAULT_SERIES):
     ax.set_ylabel("test accuracy difference (points)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not over them
     ax.grid(alpha=0.3)
-    # tall enough for the legend's entries (about 0.15 inch each at this font size)
+    # 12 inches wide, tall enough for the legend's entries (about 0.15 inch each at this font size)
     fig.set_size_inches(12, max(4.2, 0.15 * len(ax.get_legend_handles_labels()[1]) + 0.8))
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes included
