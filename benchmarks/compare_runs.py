@@ -1,42 +1,74 @@
-"""Compare the outputs of two runs of the README's first command (e.g. this checkout and a fresh clone):
+"""Compare the outputs of two runs of the main job (e.g. this checkout and a fresh clone, or a timed run and
+`--pretraining_steps N` with the steps it reached):
 
     python -m benchmarks.compare_runs outputs /tmp/run2/outputs
 
-Prints, for pretraining and finetuning, whether the metrics (every record but timings), results (but timings),
-tokenizer, model weights and predictions are identical. Exit status 0 when everything but the timings is."""
+For every model folder under either outputs folder (pretrain/, newsgroups/pretrained/, newsgroups/random_init/ for
+the main job; any folder holding a model.safetensors) prints whether its metrics (every record but timings), results
+(but timings), tokenizer, weights and predictions are identical, then the same for the other JSON files (the
+TF-IDF baseline, comparison.json). Timings differ between any two runs; the pretraining budget
+(`max_train_minutes`) is how a run was stopped, not what it computed, so both are left out. Exit status 0 when
+everything else is identical."""
 
 import json
 import sys
 from pathlib import Path
 
-TIMINGS = ("train_seconds", "tokens_per_second", "elapsed", "eval_seconds", "train_runtime_s", "test_runtime_s")
+LEFT_OUT = ("train_seconds", "tokens_per_second", "elapsed", "eval_seconds", "train_runtime_s", "test_runtime_s",
+            "max_train_minutes")
+MODEL_FILES = ("metrics.jsonl", "results.json", "all_results.json", "tokenizer.json", "model.safetensors",
+               "predict_results.tsv")
 
 
-def records(path):
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in path.read_text().splitlines()]
+def without_left_out(value):
+    """A JSON value with the LEFT_OUT keys removed at every depth."""
+    if isinstance(value, dict):
+        return {k: without_left_out(v) for k, v in value.items() if k not in LEFT_OUT}
+    if isinstance(value, list):
+        return [without_left_out(v) for v in value]
+    return value
 
 
-def results(path):
-    return {k: v for k, v in json.loads(path.read_text()).items() if k not in TIMINGS}
+def content(path: Path):
+    """What of a file is compared: JSON without timings, JSON lines record by record, other files byte for byte."""
+    if path.suffix == ".json":
+        return without_left_out(json.loads(path.read_text()))
+    if path.suffix == ".jsonl":
+        return [without_left_out(json.loads(line)) for line in path.read_text().splitlines()]
+    return path.read_bytes()
 
 
-def main(a, b):
+def compared_files(root: Path) -> set[str]:
+    """Paths, relative to root, of the files compared: each model folder's MODEL_FILES, and every JSON file outside
+    the model folders and their checkpoints."""
+    model_dirs = [p.parent for p in root.rglob("model.safetensors") if "checkpoints" not in p.relative_to(root).parts]
+    files = {str((d / name).relative_to(root)) for d in model_dirs for name in MODEL_FILES if (d / name).is_file()}
+    files |= {str(p.relative_to(root)) for p in root.rglob("*.json")
+              if not any(d in p.parents for d in model_dirs) and "checkpoints" not in p.relative_to(root).parts}
+    return files
+
+
+def main(a, b) -> int:
     a, b = Path(a), Path(b)
-    checks = {
-        "pretrain metrics.jsonl": lambda d: records(d / "pretrain" / "metrics.jsonl"),
-        "pretrain results.json": lambda d: results(d / "pretrain" / "results.json"),
-        "pretrain tokenizer.json": lambda d: (d / "pretrain" / "tokenizer.json").read_bytes(),
-        "pretrain model.safetensors": lambda d: (d / "pretrain" / "model.safetensors").read_bytes(),
-        "finetune metrics.jsonl": lambda d: records(d / "finetune" / "metrics.jsonl"),
-        "finetune all_results.json": lambda d: results(d / "finetune" / "all_results.json"),
-        "finetune model.safetensors": lambda d: (d / "finetune" / "model.safetensors").read_bytes(),
-        "finetune predict_results.tsv": lambda d: (d / "finetune" / "predict_results.tsv").read_bytes(),
-    }
-    same = {name: read(a) == read(b) for name, read in checks.items()}
-    for name, equal in same.items():
-        print(f"{name:30s} {'identical' if equal else 'DIFFERENT'}")
-    return 0 if all(same.values()) else 1
+    for root in (a, b):
+        if not any(root.rglob("model.safetensors")):
+            print(f"compare_runs: error: {root} holds no model.safetensors: give the outputs folders of two runs",
+                  file=sys.stderr)
+            return 2
+    names = sorted(compared_files(a) | compared_files(b))
+    same = True
+    for name in names:
+        if not (a / name).is_file() or not (b / name).is_file():
+            verdict = f"only in {a if (a / name).is_file() else b}"
+        else:
+            verdict = "identical" if content(a / name) == content(b / name) else "DIFFERENT"
+        same &= verdict == "identical"
+        print(f"{name:45s} {verdict}")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        print("usage: python -m benchmarks.compare_runs OUTPUTS_A OUTPUTS_B", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(*sys.argv[1:3]))
