@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 LEFT_OUT = ("train_seconds", "tokens_per_second", "elapsed", "eval_seconds", "train_runtime_s", "test_runtime_s",
-            "max_train_minutes")
+            "wall_time_s", "max_train_minutes")
 MODEL_FILES = ("metrics.jsonl", "results.json", "all_results.json", "tokenizer.json", "model.safetensors",
                "predict_results.tsv")
 
