@@ -8,7 +8,8 @@ the main job; any folder holding a model.safetensors) prints whether its metrics
 (but timings), tokenizer, weights and predictions are identical, then the same for the other JSON files (the
 TF-IDF baseline, comparison.json). Timings differ between any two runs; the pretraining budget
 (`max_train_minutes`) is how a run was stopped, not what it computed, so both are left out. Exit status 0 when
-everything else is identical."""
+everything else is identical, 1 when something differs, 2 (one error line) when a folder holds no run or a JSON file
+does not parse."""
 
 import json
 import sys
@@ -38,22 +39,28 @@ def content(path: Path):
     return path.read_bytes()
 
 
+def model_dirs(root: Path) -> list[Path]:
+    """The folders under root holding a model.safetensors, checkpoints left out."""
+    return [p.parent for p in root.rglob("model.safetensors") if "checkpoints" not in p.relative_to(root).parts]
+
+
 def compared_files(root: Path) -> set[str]:
     """Paths, relative to root, of the files compared: each model folder's MODEL_FILES, and every JSON file outside
     the model folders and their checkpoints."""
-    model_dirs = [p.parent for p in root.rglob("model.safetensors") if "checkpoints" not in p.relative_to(root).parts]
-    files = {str((d / name).relative_to(root)) for d in model_dirs for name in MODEL_FILES if (d / name).is_file()}
+    folders = model_dirs(root)
+    files = {str((d / name).relative_to(root)) for d in folders for name in MODEL_FILES if (d / name).is_file()}
     files |= {str(p.relative_to(root)) for p in root.rglob("*.json")
-              if not any(d in p.parents for d in model_dirs) and "checkpoints" not in p.relative_to(root).parts}
+              if not any(d in p.parents for d in folders) and "checkpoints" not in p.relative_to(root).parts}
     return files
 
 
 def main(a, b) -> int:
     a, b = Path(a), Path(b)
     for root in (a, b):
-        if not any(root.rglob("model.safetensors")):
-            print(f"compare_runs: error: {root} holds no model.safetensors: give the outputs folders of two runs",
-                  file=sys.stderr)
+        problem = ("does not exist" if not root.is_dir() else
+                   "holds no model.safetensors outside checkpoints" if not model_dirs(root) else None)
+        if problem:
+            print(f"compare_runs: error: {root} {problem}: give the outputs folders of two runs", file=sys.stderr)
             return 2
     names = sorted(compared_files(a) | compared_files(b))
     same = True
@@ -61,7 +68,11 @@ def main(a, b) -> int:
         if not (a / name).is_file() or not (b / name).is_file():
             verdict = f"only in {a if (a / name).is_file() else b}"
         else:
-            verdict = "identical" if content(a / name) == content(b / name) else "DIFFERENT"
+            try:
+                verdict = "identical" if content(a / name) == content(b / name) else "DIFFERENT"
+            except json.JSONDecodeError as err:
+                print(f"compare_runs: error: {name} is not valid JSON in one of the runs: {err}", file=sys.stderr)
+                return 2
         same &= verdict == "identical"
         print(f"{name:45s} {verdict}")
     return 0 if same else 1

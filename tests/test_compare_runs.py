@@ -29,7 +29,7 @@ def write_outputs(root, *, seconds=1.0, minutes=10.0):
             (folder / "all_results.json").write_text(json.dumps(
                 {"test_accuracy": arm, "train_runtime_s": seconds, "test_runtime_s": seconds}))
             (folder / "predict_results.tsv").write_text("index\tprediction\n0\t3\n")
-    (root / "newsgroups" / "tfidf.json").write_text(json.dumps({"test_accuracy": 0.688}))
+    (root / "newsgroups" / "tfidf.json").write_text(json.dumps({"test_accuracy": 0.688, "wall_time_s": seconds}))
     (root / "comparison.json").write_text(json.dumps(
         {"pretrained": {"test_accuracy": 0.66, "train_runtime_s": seconds},
          "pretraining": {"steps": 2, "max_train_minutes": minutes, "tokens_per_second": 9.0 / seconds}}))
@@ -69,14 +69,30 @@ def test_a_file_of_one_run_only_is_named(tmp_path, capsys):
     assert line.endswith(f"only in {a}")
 
 
-def test_a_folder_without_outputs_stops_with_one_line(tmp_path):
+def compare(*args):
+    return subprocess.run([sys.executable, "-m", "benchmarks.compare_runs", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True)
+
+
+def test_a_folder_without_a_run_stops_with_one_line(tmp_path):
     a = write_outputs(tmp_path / "a")
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "comparison.json").write_text("{}")
-    for args in ((a, tmp_path / "b"), (tmp_path / "missing", a)):
-        done = subprocess.run([sys.executable, "-m", "benchmarks.compare_runs", *map(str, args)],
-                              cwd=REPO, capture_output=True, text=True)
+    checkpoints_only = tmp_path / "b" / "pretrain" / "checkpoints" / "step_8"
+    checkpoints_only.mkdir(parents=True)
+    (checkpoints_only / "model.safetensors").write_bytes(b"0")
+    for args, line in (((a, tmp_path / "b"), f"{tmp_path / 'b'} holds no model.safetensors outside checkpoints"),
+                       ((tmp_path / "missing", a), f"{tmp_path / 'missing'} does not exist")):
+        done = compare(*args)
         assert done.returncode == 2 and done.stdout == ""
-        assert done.stderr.splitlines() == [
-            f"compare_runs: error: {args[0] if args[0] != a else args[1]} holds no model.safetensors: "
-            "give the outputs folders of two runs"]
+        assert done.stderr.splitlines() == [f"compare_runs: error: {line}: give the outputs folders of two runs"]
+
+
+def test_bad_arguments_and_broken_json_stop_with_one_line(tmp_path):
+    a, b = write_outputs(tmp_path / "a"), write_outputs(tmp_path / "b")
+    done = compare(a)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "usage: python -m benchmarks.compare_runs OUTPUTS_A OUTPUTS_B"]
+    (b / "comparison.json").write_text('{"pretrained": ')
+    done = compare(a, b)
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("compare_runs: error: comparison.json is not valid JSON in one of the runs")
