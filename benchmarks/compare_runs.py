@@ -39,30 +39,30 @@ def content(path: Path):
     return path.read_bytes()
 
 
-def model_dirs(root: Path) -> list[Path]:
-    """The folders under root holding a model.safetensors, checkpoints left out."""
-    return [p.parent for p in root.rglob("model.safetensors") if "checkpoints" not in p.relative_to(root).parts]
+def outside_checkpoints(root: Path, pattern: str) -> list[Path]:
+    """The files under root matching pattern, those in a checkpoints folder left out."""
+    return [p for p in root.rglob(pattern) if "checkpoints" not in p.relative_to(root).parts]
 
 
-def compared_files(root: Path) -> set[str]:
+def compared_files(root: Path, folders: list[Path]) -> set[str]:
     """Paths, relative to root, of the files compared: each model folder's MODEL_FILES, and every JSON file outside
-    the model folders and their checkpoints."""
-    folders = model_dirs(root)
+    the model folders and checkpoints."""
     files = {str((d / name).relative_to(root)) for d in folders for name in MODEL_FILES if (d / name).is_file()}
-    files |= {str(p.relative_to(root)) for p in root.rglob("*.json")
-              if not any(d in p.parents for d in folders) and "checkpoints" not in p.relative_to(root).parts}
+    files |= {str(p.relative_to(root)) for p in outside_checkpoints(root, "*.json")
+              if not any(d in p.parents for d in folders)}
     return files
 
 
 def main(a, b) -> int:
     a, b = Path(a), Path(b)
+    folders = {root: [p.parent for p in outside_checkpoints(root, "model.safetensors")] for root in (a, b)}
     for root in (a, b):
         problem = ("does not exist" if not root.is_dir() else
-                   "holds no model.safetensors outside checkpoints" if not model_dirs(root) else None)
+                   "holds no model.safetensors outside checkpoints" if not folders[root] else None)
         if problem:
             print(f"compare_runs: error: {root} {problem}: give the outputs folders of two runs", file=sys.stderr)
             return 2
-    names = sorted(compared_files(a) | compared_files(b))
+    names = sorted(compared_files(a, folders[a]) | compared_files(b, folders[b]))
     same = True
     for name in names:
         if not (a / name).is_file() or not (b / name).is_file():
