@@ -21,7 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OVERWRITE=""
-PRETRAINING_BUDGET="--max_train_minutes 10"
+TIMED_BUDGET="--max_train_minutes 10"
+PRETRAINING_BUDGET="$TIMED_BUDGET"
 while [ $# -gt 0 ]; do
   case "$1" in
     --overwrite_output_dir) OVERWRITE="--overwrite_output_dir"; shift ;;
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-if [ "$PRETRAINING_BUDGET" = "--max_train_minutes 10" ] &&
+if [ "$PRETRAINING_BUDGET" = "$TIMED_BUDGET" ] &&
    [ "$(python -c 'import xlnet_lite.precision as p; print(p.fast_bf16("cpu")[0])' 2>/dev/null)" = "False" ]; then
   echo "main_job.sh: note: this CPU has no AMX or AVX512-BF16, so the job runs in fp32: about 30 minutes on 2 cores," \
        "and 10 minutes of pretraining reach about 1.2M tokens there, short of the ~1.5M where pretraining starts to pay" \
