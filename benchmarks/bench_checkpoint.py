@@ -48,11 +48,19 @@ def measure(preset: str, runs: int, root: Path) -> dict:
         sha256.append(time.perf_counter() - start)
     save, manifest, slow = statistics.median(saves), statistics.median(manifests), statistics.median(sha256)
     without = save - manifest  # the checkpoint without its manifest
-    return {"parameters": sum(p.numel() for p in model.parameters()), "checkpoint_bytes": folder_size(path),
-            "algorithm": ALGORITHM, "save_seconds_median": round(save, 4), "manifest_seconds_median": round(manifest, 4),
-            "manifest_share_of_save": round(manifest / without, 4), "sha256_seconds_median": round(slow, 4),
-            "sha256_share_of_save": round(slow / without, 4), "save_seconds": saves, "manifest_seconds": manifests,
-            "sha256_seconds": sha256}
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "checkpoint_bytes": folder_size(path),
+        "algorithm": ALGORITHM,
+        "save_seconds_median": round(save, 4),
+        "manifest_seconds_median": round(manifest, 4),
+        "manifest_share_of_save": round(manifest / without, 4),
+        "sha256_seconds_median": round(slow, 4),
+        "sha256_share_of_save": round(slow / without, 4),
+        "save_seconds": saves,
+        "manifest_seconds": manifests,
+        "sha256_seconds": sha256,
+    }
 
 
 def main(argv=None):
@@ -65,11 +73,16 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         rows = {preset: measure(preset, args.runs, Path(tmp)) for preset in args.presets}
     for preset, row in rows.items():
-        print(f"{preset}: {row['checkpoint_bytes'] / 2**20:,.0f} MB, save {row['save_seconds_median']:.3f} s (manifest "
-              f"included), manifest {row['manifest_seconds_median']:.3f} s = {row['manifest_share_of_save']:.1%} more "
-              f"(sha256 would be {row['sha256_share_of_save']:.1%})")
-    results = {"command": "python -m benchmarks.bench_checkpoint " + " ".join(sys.argv[1:] if argv is None else argv),
-               "environment": environment(), "presets": rows}
+        print(
+            f"{preset}: {row['checkpoint_bytes'] / 2**20:,.0f} MB, save {row['save_seconds_median']:.3f} s (manifest "
+            f"included), manifest {row['manifest_seconds_median']:.3f} s = {row['manifest_share_of_save']:.1%} more "
+            f"(sha256 would be {row['sha256_share_of_save']:.1%})"
+        )
+    results = {
+        "command": "python -m benchmarks.bench_checkpoint " + " ".join(sys.argv[1:] if argv is None else argv),
+        "environment": environment(),
+        "presets": rows,
+    }
     write_json(args.out, results)
     return results
 

@@ -34,7 +34,7 @@ def batch(batch_size, length, vocab_size, num_labels, seed=0):
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(5, vocab_size, (batch_size, length), generator=gen)
     token_type_ids = torch.zeros(batch_size, length, dtype=torch.long)
-    token_type_ids[:, length // 2:], token_type_ids[:, -1] = 1, 2
+    token_type_ids[:, length // 2 :], token_type_ids[:, -1] = 1, 2
     attention_mask = torch.ones(batch_size, length, dtype=torch.long)
     attention_mask[: batch_size // 4, : length // 4] = 0
     labels = torch.randint(0, num_labels, (batch_size,), generator=gen)
@@ -47,8 +47,9 @@ def models(args):
     import xlnet_lite
 
     torch.manual_seed(0)
-    config = transformers.XLNetConfig(vocab_size=8000, num_labels=args.num_labels, dropout=0.1, mem_len=None,
-                                      **MODEL_PRESETS[args.model_size])
+    config = transformers.XLNetConfig(
+        vocab_size=8000, num_labels=args.num_labels, dropout=0.1, mem_len=None, **MODEL_PRESETS[args.model_size]
+    )
     hf = transformers.XLNetForSequenceClassification(config)
     pooled, whole = xlnet_lite.from_hf_xlnet(hf), xlnet_lite.from_hf_xlnet(hf)
     whole.sequence_summary.positions = lambda *args, **kwargs: None  # every position of the last layer
@@ -101,14 +102,19 @@ def main(argv=None):
     logits, last_layer_rows = {}, {}
     for name, (model, _) in built.items():  # and how many positions XLNet-Lite's last feed-forward computes
         last_ff = model.transformer.layer[-1].ff
-        hook = None if name == "transformers" else last_ff.register_forward_hook(
-            lambda module, args, out, name=name: last_layer_rows.update({name: out.shape[1]}))
+        hook = (
+            None
+            if name == "transformers"
+            else last_ff.register_forward_hook(
+                lambda module, args, out, name=name: last_layer_rows.update({name: out.shape[1]})
+            )
+        )
         logits[name] = inference(model, inputs)
         if hook is not None:
             hook.remove()
     times = {name: {"train_step_s": [], "inference_s": []} for name in VARIANTS}
     for run in range(args.warmup + args.runs):
-        order = VARIANTS[run % 3:] + VARIANTS[:run % 3]
+        order = VARIANTS[run % 3 :] + VARIANTS[: run % 3]
         for name in order:
             model, optimizer = built[name]
             step = timed(lambda: train_step(model, optimizer, inputs))
@@ -122,8 +128,10 @@ def main(argv=None):
     for name in VARIANTS:
         train_s, infer_s = (statistics.median(times[name][k]) for k in ("train_step_s", "inference_s"))
         rows[name] = {
-            "train_step_s": train_s, "train_tokens_per_s": round(tokens / train_s),
-            "inference_s": infer_s, "inference_tokens_per_s": round(tokens / infer_s),
+            "train_step_s": train_s,
+            "train_tokens_per_s": round(tokens / train_s),
+            "inference_s": infer_s,
+            "inference_tokens_per_s": round(tokens / infer_s),
             "runs": times[name],
         }
     base = rows["xlnet_lite_whole_last_layer"]
@@ -133,8 +141,15 @@ def main(argv=None):
     result = {
         "command": "python -m benchmarks.bench_classifier " + " ".join(argv if argv is not None else sys.argv[1:]),
         "environment": environment(),
-        "shapes": {"model_size": args.model_size, "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
-                   "num_labels": args.num_labels, "threads": args.threads, "runs": args.runs, "warmup": args.warmup},
+        "shapes": {
+            "model_size": args.model_size,
+            "batch_size": args.batch_size,
+            "max_seq_length": args.max_seq_length,
+            "num_labels": args.num_labels,
+            "threads": args.threads,
+            "runs": args.runs,
+            "warmup": args.warmup,
+        },
         "variants": rows,
         "last_layer_rows": last_layer_rows,  # positions XLNet-Lite's last feed-forward computed, per sequence
         "logits_max_abs_diff": {
@@ -142,8 +157,13 @@ def main(argv=None):
             "pooled_vs_transformers": float((logits[VARIANTS[1]] - logits[VARIANTS[0]]).abs().max()),
         },
     }
-    print(json.dumps({k: v for k, v in result.items() if k != "variants"} | {
-        "variants": {n: {k: v for k, v in r.items() if k != "runs"} for n, r in rows.items()}}, indent=2))
+    print(
+        json.dumps(
+            {k: v for k, v in result.items() if k != "variants"}
+            | {"variants": {n: {k: v for k, v in r.items() if k != "runs"} for n, r in rows.items()}},
+            indent=2,
+        )
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         write_json(args.out, result)

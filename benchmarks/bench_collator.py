@@ -43,9 +43,7 @@ def synthetic_examples(rng):
 
 def main():
     torch.set_num_threads(1)
-    collator = DataCollatorForXLNetPretraining(
-        synthetic_tokenizer(), reuse_len=REUSE_LEN, perm_size=PERM_SIZE, seed=0
-    )
+    collator = DataCollatorForXLNetPretraining(synthetic_tokenizer(), reuse_len=REUSE_LEN, perm_size=PERM_SIZE, seed=0)
     examples = synthetic_examples(np.random.default_rng(0))
     for _ in range(3):
         collator(examples)
@@ -55,13 +53,23 @@ def main():
         collator(examples)
         times.append((time.perf_counter() - start) * 1000)
     result = {
-        "batch": BATCH, "seq_len": SEQ_LEN, "reuse_len": REUSE_LEN, "perm_size": PERM_SIZE,
-        "threads": 1, "runs": RUNS, "median_ms": round(statistics.median(times), 2),
-        "min_ms": round(min(times), 2), "max_ms": round(max(times), 2),
-        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
+        "batch": BATCH,
+        "seq_len": SEQ_LEN,
+        "reuse_len": REUSE_LEN,
+        "perm_size": PERM_SIZE,
+        "threads": 1,
+        "runs": RUNS,
+        "median_ms": round(statistics.median(times), 2),
+        "min_ms": round(min(times), 2),
+        "max_ms": round(max(times), 2),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.processor() or platform.machine(),
     }
-    print(f"collator {BATCH}x{SEQ_LEN} (reuse {REUSE_LEN}, perm {PERM_SIZE}), 1 thread: "
-          f"median {result['median_ms']} ms over {RUNS} runs (min {result['min_ms']}, max {result['max_ms']})")
+    print(
+        f"collator {BATCH}x{SEQ_LEN} (reuse {REUSE_LEN}, perm {PERM_SIZE}), 1 thread: "
+        f"median {result['median_ms']} ms over {RUNS} runs (min {result['min_ms']}, max {result['max_ms']})"
+    )
     out = Path(__file__).parent / "results" / "collator.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

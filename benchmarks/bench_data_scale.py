@@ -66,8 +66,14 @@ def run_recipe(args: list[str], *, cwd: Path, env: dict) -> dict:
     seconds of both (over the wall seconds: the cores it kept busy)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: progress bars would fill a pipe nobody reads yet
-        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, "pretrain/run_pretraining.py", *args], cwd=cwd,
-                                env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRAPPER, "pretrain/run_pretraining.py", *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
         first_line_at, data_line_at, lines = None, None, []
         for line in proc.stdout:
             lines.append(line)
@@ -81,10 +87,14 @@ def run_recipe(args: list[str], *, cwd: Path, env: dict) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{args}: exit {proc.returncode}\n{''.join(lines)[-2000:]}\n{stderr[-3000:]}")
     rss = next(line.split()[1:] for line in stderr.splitlines() if line.startswith("BENCH_RSS_KIB"))
-    return {"wall_seconds": round(wall, 2), "seconds_to_first_line": round(first_line_at, 2),
-            "seconds_to_data_line": None if data_line_at is None else round(data_line_at, 2),
-            "peak_rss_mb": round(int(rss[0]) / 1024), "children_peak_rss_mb": round(int(rss[1]) / 1024),
-            "cpu_seconds": float(rss[2])}
+    return {
+        "wall_seconds": round(wall, 2),
+        "seconds_to_first_line": round(first_line_at, 2),
+        "seconds_to_data_line": None if data_line_at is None else round(data_line_at, 2),
+        "peak_rss_mb": round(int(rss[0]) / 1024),
+        "children_peak_rss_mb": round(int(rss[1]) / 1024),
+        "cpu_seconds": float(rss[2]),
+    }
 
 
 def folder_mb(path: Path) -> float:
@@ -96,25 +106,53 @@ def bench_size(megabytes: float, work: Path, *, old_repo: Path | None, steps: in
     corpus = work / "corpus.txt"
     record = {"megabytes": megabytes, "corpus": make_corpus(corpus, megabytes)}
     env = {**os.environ, "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "true"}
-    common = ["--train_file", str(corpus), "--max_steps", str(steps), "--eval_steps", str(steps), "--logging_steps", "10", "--num_warmup_steps", "10",
-              "--checkpointing_steps", "0"]
+    common = [
+        "--train_file",
+        str(corpus),
+        "--max_steps",
+        str(steps),
+        "--eval_steps",
+        str(steps),
+        "--logging_steps",
+        "10",
+        "--num_warmup_steps",
+        "10",
+        "--checkpointing_steps",
+        "0",
+    ]
 
-    for workers in ([1, 2] if two_processes else [1]):
+    for workers in [1, 2] if two_processes else [1]:
         cache = work / f"cache-prepare-{workers}"
-        r = run_recipe([*common, "--prepare_only", "--preprocessing_num_workers", str(workers), "--output_dir",
-                        str(work / f"prepare-{workers}"), "--token_store_cache_dir", str(cache)], cwd=REPO, env=env)
+        r = run_recipe(
+            [
+                *common,
+                "--prepare_only",
+                "--preprocessing_num_workers",
+                str(workers),
+                "--output_dir",
+                str(work / f"prepare-{workers}"),
+                "--token_store_cache_dir",
+                str(cache),
+            ],
+            cwd=REPO,
+            env=env,
+        )
         store = next(cache.glob("store-*"))
         meta = json.loads((store / "store.json").read_text())
-        record[f"prepare_{workers}_processes"] = {**r, "store_build_seconds": meta["build_seconds"],
-                                                  "store_mb": folder_mb(store), "tokens": meta["splits"]["train"]["tokens"]
-                                                  + meta["splits"]["validation"]["tokens"]}
+        record[f"prepare_{workers}_processes"] = {
+            **r,
+            "store_build_seconds": meta["build_seconds"],
+            "store_mb": folder_mb(store),
+            "tokens": meta["splits"]["train"]["tokens"] + meta["splits"]["validation"]["tokens"],
+        }
         shutil.rmtree(cache)
         print(megabytes, f"prepare {workers}", record[f"prepare_{workers}_processes"], flush=True)
 
     cache = work / "cache"
     for name in ("first_run", "second_run"):
-        record[name] = run_recipe([*common, "--output_dir", str(work / name), "--token_store_cache_dir", str(cache)],
-                                  cwd=REPO, env=env)
+        record[name] = run_recipe(
+            [*common, "--output_dir", str(work / name), "--token_store_cache_dir", str(cache)], cwd=REPO, env=env
+        )
         print(megabytes, name, record[name], flush=True)
     shutil.rmtree(cache)
     if old_repo is not None:
@@ -134,8 +172,12 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--old_commit", default=None, help="Also run the first run with the recipe of this commit.")
     parser.add_argument("--old_max_mb", type=float, default=600, help="Run --old_commit only up to this size.")
-    parser.add_argument("--two_processes_max_mb", type=float, default=600,
-                        help="Time tokenization with 2 processes (beside 1, the recipe's default) up to this size.")
+    parser.add_argument(
+        "--two_processes_max_mb",
+        type=float,
+        default=600,
+        help="Time tokenization with 2 processes (beside 1, the recipe's default) up to this size.",
+    )
     args = parser.parse_args(argv)
     work = Path(args.work_dir)
     old_repo = None
@@ -144,12 +186,23 @@ def main(argv=None):
         shutil.rmtree(old_repo, ignore_errors=True)
         subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=True)  # a worktree left by a killed run
         subprocess.run(["git", "worktree", "add", "--detach", str(old_repo), args.old_commit], cwd=REPO, check=True)
-    results = {"environment": environment(), "command": "python -m benchmarks.bench_data_scale " + " ".join(argv or sys.argv[1:]),
-               "old_commit": args.old_commit, "sizes": []}
+    results = {
+        "environment": environment(),
+        "command": "python -m benchmarks.bench_data_scale " + " ".join(argv or sys.argv[1:]),
+        "old_commit": args.old_commit,
+        "sizes": [],
+    }
     try:
         for mb in args.sizes_mb:
-            results["sizes"].append(bench_size(mb, work / f"{mb:g}mb", old_repo=old_repo if mb <= args.old_max_mb else None,
-                                               steps=args.steps, two_processes=mb <= args.two_processes_max_mb))
+            results["sizes"].append(
+                bench_size(
+                    mb,
+                    work / f"{mb:g}mb",
+                    old_repo=old_repo if mb <= args.old_max_mb else None,
+                    steps=args.steps,
+                    two_processes=mb <= args.two_processes_max_mb,
+                )
+            )
             Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     finally:
         if old_repo is not None:

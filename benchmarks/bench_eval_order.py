@@ -42,8 +42,15 @@ def main(argv=None):
     from benchmarks.environment import environment
     from finetune import run_glue
     from xlnet_lite import XLNetLiteForSequenceClassification
-    from xlnet_lite.classification_data import (EMBEDDED_TASKS, SegmentCollator, SegmentCountBatchSampler,
-                                                load_splits, make_loader, read_labels, tokenize_split)
+    from xlnet_lite.classification_data import (
+        EMBEDDED_TASKS,
+        SegmentCollator,
+        SegmentCountBatchSampler,
+        load_splits,
+        make_loader,
+        read_labels,
+        tokenize_split,
+    )
     from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
     from xlnet_lite.training import write_json
 
@@ -51,18 +58,32 @@ def main(argv=None):
         parser.error(f"--embedded_task must be one of {', '.join(EMBEDDED_TASKS)}")
     tokenizer, model = load_tokenizer(args.model), XLNetLiteForSequenceClassification.from_pretrained(args.model).eval()
     splits = load_splits(embedded_task=args.embedded_task)
-    data = tokenize_split(splits[args.split], tokenizer, read_labels(splits["train"]), splits["train"].source,
-                          max_len=args.max_seq_length, mode="truncate", max_samples=None)
+    data = tokenize_split(
+        splits[args.split],
+        tokenizer,
+        read_labels(splits["train"]),
+        splits["train"].source,
+        max_len=args.max_seq_length,
+        mode="truncate",
+        max_samples=None,
+    )
     collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, args.max_seq_length)
     loaders = {
-        "dataset order": torch.utils.data.DataLoader(data, collate_fn=collator, batch_sampler=SegmentCountBatchSampler(
-            data["n_segments"], args.batch_size, shuffle=False)),
+        "dataset order": torch.utils.data.DataLoader(
+            data,
+            collate_fn=collator,
+            batch_sampler=SegmentCountBatchSampler(data["n_segments"], args.batch_size, shuffle=False),
+        ),
         "longest first": make_loader(data, collator, batch_size=args.batch_size, shuffle=False, seed=0)[0],
     }
     accelerator, seconds, predictions = Accelerator(cpu=True), {name: [] for name in loaders}, {}
     warmup = data.select(range(min(len(data), 2 * args.batch_size)))
-    run_glue.predict(model, make_loader(warmup, collator, batch_size=args.batch_size, shuffle=False, seed=0)[0],
-                     accelerator, is_regression=False)
+    run_glue.predict(
+        model,
+        make_loader(warmup, collator, batch_size=args.batch_size, shuffle=False, seed=0)[0],
+        accelerator,
+        is_regression=False,
+    )
     for repeat in range(args.repeats):
         for name in list(loaders)[:: 1 if repeat % 2 == 0 else -1]:
             loader = loaders[name]
@@ -76,9 +97,15 @@ def main(argv=None):
         "environment": environment(),
         "examples": len(data),
         "real_tokens": int(sum(len(x) for x in data["input_ids"])),
-        "orders": {name: {"seconds": seconds[name], "median_s": statistics.median(seconds[name]),
-                          "padded_tokens": padded_tokens(loader),
-                          "accuracy": float((predictions[name] == labels).mean())} for name, loader in loaders.items()},
+        "orders": {
+            name: {
+                "seconds": seconds[name],
+                "median_s": statistics.median(seconds[name]),
+                "padded_tokens": padded_tokens(loader),
+                "accuracy": float((predictions[name] == labels).mean()),
+            }
+            for name, loader in loaders.items()
+        },
         "predictions_differing": int((predictions["dataset order"] != predictions["longest first"]).sum()),
     }
     print(json.dumps(result, indent=2))

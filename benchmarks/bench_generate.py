@@ -44,8 +44,14 @@ def build_models(seed=0):
     hf_xlnet = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**SIZE, dropout=0.0, mem_len=None)).eval()
     lite = xlnet_lite.from_hf_xlnet(hf_xlnet).eval()
     gpt2_config = transformers.GPT2Config(
-        vocab_size=SIZE["vocab_size"], n_embd=SIZE["d_model"], n_layer=SIZE["n_layer"], n_head=SIZE["n_head"],
-        n_inner=SIZE["d_inner"], n_positions=512, bos_token_id=1, eos_token_id=2,
+        vocab_size=SIZE["vocab_size"],
+        n_embd=SIZE["d_model"],
+        n_layer=SIZE["n_layer"],
+        n_head=SIZE["n_head"],
+        n_inner=SIZE["d_inner"],
+        n_positions=512,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     gpt2 = transformers.GPT2LMHeadModel(gpt2_config).eval()
     models = {"xlnet_lite": lite, "transformers_xlnet": hf_xlnet, "transformers_gpt2": gpt2}
@@ -69,7 +75,7 @@ def bench_batch(models, batch, args):
     times = {name: {"total": [], "prefill": []} for name in names}
     outputs = {}
     for run in range(args.runs + 1):  # run 0 is the warm-up
-        order = names[run % len(names):] + names[:run % len(names)]
+        order = names[run % len(names) :] + names[: run % len(names)]
         for name in order:
             total, out = timed_generate(models[name], prompt, args.new_tokens)
             prefill, _ = timed_generate(models[name], prompt, 1)
@@ -79,12 +85,16 @@ def bench_batch(models, batch, args):
                 times[name]["total"].append(total)
                 times[name]["prefill"].append(prefill)
                 print(f"  B={batch} run {run} {name}: {total:.2f} s", flush=True)
-    result = {"batch": batch, "same_tokens_as_transformers_xlnet": bool(torch.equal(outputs["xlnet_lite"],
-                                                                                   outputs["transformers_xlnet"]))}
+    result = {
+        "batch": batch,
+        "same_tokens_as_transformers_xlnet": bool(torch.equal(outputs["xlnet_lite"], outputs["transformers_xlnet"])),
+    }
     for name in names:
         total, prefill = statistics.median(times[name]["total"]), statistics.median(times[name]["prefill"])
         result[name] = {
-            "total_s": total, "prefill_s": prefill, "runs_total_s": times[name]["total"],
+            "total_s": total,
+            "prefill_s": prefill,
+            "runs_total_s": times[name]["total"],
             "ms_per_token": 1000 * total / args.new_tokens,
             "ms_per_decode_step": 1000 * (total - prefill) / (args.new_tokens - 1),
         }
@@ -100,9 +110,11 @@ def print_table(results, args):
     for r in results:
         for name in ("xlnet_lite", "transformers_xlnet", "transformers_gpt2"):
             x = r[name]
-            print(f"{r['batch']:>2} {name:<20} {x['total_s']:>8.2f} {x['ms_per_token']:>9.2f} "
-                  f"{x['ms_per_decode_step']:>8.2f} {x['time_per_token_vs_transformers_gpt2']:>8.2f}x "
-                  f"{x['time_per_token_vs_transformers_xlnet']:>11.2f}x")
+            print(
+                f"{r['batch']:>2} {name:<20} {x['total_s']:>8.2f} {x['ms_per_token']:>9.2f} "
+                f"{x['ms_per_decode_step']:>8.2f} {x['time_per_token_vs_transformers_gpt2']:>8.2f}x "
+                f"{x['time_per_token_vs_transformers_xlnet']:>11.2f}x"
+            )
         print(f"   greedy tokens identical to transformers' XLNet: {r['same_tokens_as_transformers_xlnet']}")
 
 
@@ -124,13 +136,29 @@ def main():
     print_table(results, args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(
-        command=" ".join([Path(sys.executable).name] + sys.argv), models=SIZE, prompt_tokens=args.prompt,
-        new_tokens=args.new_tokens, runs=args.runs, threads=args.threads, results=results,
-        machine=dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count(),
-                     torch=torch.__version__, transformers=transformers.__version__,
-                     loadavg_before=load_before, loadavg_after=os.getloadavg()),
-    ), indent=1))
+    out.write_text(
+        json.dumps(
+            dict(
+                command=" ".join([Path(sys.executable).name] + sys.argv),
+                models=SIZE,
+                prompt_tokens=args.prompt,
+                new_tokens=args.new_tokens,
+                runs=args.runs,
+                threads=args.threads,
+                results=results,
+                machine=dict(
+                    platform=platform.platform(),
+                    processor=platform.processor(),
+                    cpus=os.cpu_count(),
+                    torch=torch.__version__,
+                    transformers=transformers.__version__,
+                    loadavg_before=load_before,
+                    loadavg_after=os.getloadavg(),
+                ),
+            ),
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -43,14 +43,38 @@ from benchmarks.environment import environment
 from xlnet_lite.training import write_json
 
 CONFIGS = {
-    "base": dict(vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072, batch=32, seq_len=512,
-                 num_predict=85, mem_len=384, reuse_len=256, dropout=0.1),
+    "base": dict(
+        vocab_size=32000,
+        d_model=768,
+        n_layer=12,
+        n_head=12,
+        d_inner=3072,
+        batch=32,
+        seq_len=512,
+        num_predict=85,
+        mem_len=384,
+        reuse_len=256,
+        dropout=0.1,
+    ),
     "small": bm.CONFIGS["small"],
 }
-NAMES = ["hf_bf16", "lite_eager_bf16", "lite_sdpa_bf16", "lite_sdpa_segbias_bf16", "lite_sdpa_nodrop_bf16",
-         "lite_flex_bf16", "lite_compiled_bf16", "lite_eager_compiled_bf16", "lite_compiled_nodrop_bf16",
-         "lite_flex_compiled_bf16", "lite_triton_bf16", "lite_triton_nodrop_bf16", "lite_triton_compiled_bf16",
-         "lite_triton_compiled_nodrop_bf16", "lite_sdpa_cudnn_nodrop_bf16"]
+NAMES = [
+    "hf_bf16",
+    "lite_eager_bf16",
+    "lite_sdpa_bf16",
+    "lite_sdpa_segbias_bf16",
+    "lite_sdpa_nodrop_bf16",
+    "lite_flex_bf16",
+    "lite_compiled_bf16",
+    "lite_eager_compiled_bf16",
+    "lite_compiled_nodrop_bf16",
+    "lite_flex_compiled_bf16",
+    "lite_triton_bf16",
+    "lite_triton_nodrop_bf16",
+    "lite_triton_compiled_bf16",
+    "lite_triton_compiled_nodrop_bf16",
+    "lite_sdpa_cudnn_nodrop_bf16",
+]
 # rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
 # dropout 0 (flex_attention takes none on the probabilities; the no-dropout SDPA row is its like-for-like twin))
 DERIVED = {
@@ -70,10 +94,22 @@ DERIVED = {
 HELD = {"lite_sdpa_cudnn_nodrop_bf16": SDPBackend.CUDNN_ATTENTION}
 # the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel):
 # flex's q.k is D wide, as the segment-bias row's (the one-hot segment dims make the other SDPA rows' D + 8 on CUDA)
-FLOP_TWIN = {**bm.EAGER_TWIN, "lite_compiled_nodrop_bf16": "lite_sdpa_bf16", "lite_flex_bf16": "lite_sdpa_segbias_bf16",
-             "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16", **{n: "lite_sdpa_segbias_bf16" for n in (
-                 "lite_triton_bf16", "lite_triton_nodrop_bf16", "lite_triton_compiled_bf16",
-                 "lite_triton_compiled_nodrop_bf16")}, "lite_sdpa_cudnn_nodrop_bf16": "lite_sdpa_bf16"}
+FLOP_TWIN = {
+    **bm.EAGER_TWIN,
+    "lite_compiled_nodrop_bf16": "lite_sdpa_bf16",
+    "lite_flex_bf16": "lite_sdpa_segbias_bf16",
+    "lite_flex_compiled_bf16": "lite_sdpa_segbias_bf16",
+    **{
+        n: "lite_sdpa_segbias_bf16"
+        for n in (
+            "lite_triton_bf16",
+            "lite_triton_nodrop_bf16",
+            "lite_triton_compiled_bf16",
+            "lite_triton_compiled_nodrop_bf16",
+        )
+    },
+    "lite_sdpa_cudnn_nodrop_bf16": "lite_sdpa_bf16",
+}
 
 
 def compiled(name):
@@ -136,8 +172,9 @@ def build(cfg, names):
             base, attn, segment_bias, no_dropout = DERIVED[n]
             _, _, dtype, is_compiled = bm.VARIANTS[base]
             model = bm.make_lite(hf, attn).train()
-            variants[n] = bm.Variant(n, without_dropout(model) if no_dropout else model, batch, lite_mems, dtype,
-                                     is_compiled)
+            variants[n] = bm.Variant(
+                n, without_dropout(model) if no_dropout else model, batch, lite_mems, dtype, is_compiled
+            )
             if segment_bias:
                 variants[n] = segment_as_bias(variants[n])
             if n in HELD:
@@ -215,21 +252,37 @@ def run_config(args, name, device):
     for n in variants:  # in NAMES' order, less any refused
         t = bm.median(times[n])
         f = flops[FLOP_TWIN.get(n, n)]  # a compiled or flex row does its eager twin's FLOPs (the segment bias: its own)
-        rows[n] = dict(train_median_s=t, train_times_s=times[n], train_tokens_per_s=tokens / t,
-                       train_gflop=f / 1e9, train_mfu=f / t / peak_flops, step_memory_bytes=memory[n],
-                       first_train_step_s=first[n])
+        rows[n] = dict(
+            train_median_s=t,
+            train_times_s=times[n],
+            train_tokens_per_s=tokens / t,
+            train_gflop=f / 1e9,
+            train_mfu=f / t / peak_flops,
+            step_memory_bytes=memory[n],
+            first_train_step_s=first[n],
+        )
     base = rows["hf_bf16"]
-    print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, mem {cfg['mem_len'] or 0}; "
-          f"bf16 peak {peak_flops / 1e12:.0f} TFLOP/s (8192^3)")
+    print(
+        f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, mem {cfg['mem_len'] or 0}; "
+        f"bf16 peak {peak_flops / 1e12:.0f} TFLOP/s (8192^3)"
+    )
     print(f"{'variant':<26} {'train tok/s':>11} {'x hf':>6} {'step GiB':>9} {'x hf':>6} {'MFU':>6} {'1st step':>9}")
     for n, r in rows.items():
         r["train_speedup_vs_hf_bf16"] = base["train_median_s"] / r["train_median_s"]
         r["memory_ratio_vs_hf_bf16"] = r["step_memory_bytes"] / base["step_memory_bytes"]
-        print(f"{n:<26} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_bf16']:6.2f} "
-              f"{r['step_memory_bytes'] / 2**30:9.2f} {r['memory_ratio_vs_hf_bf16']:6.2f} "
-              f"{100 * r['train_mfu']:5.1f}% {r['first_train_step_s']:8.1f}s", flush=True)
-    return dict(config=cfg, tokens_per_step=tokens, variants=rows, refused=refused,
-                bf16_matmul_peak_flops=dict(median=peak_flops, samples=peak))
+        print(
+            f"{n:<26} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_bf16']:6.2f} "
+            f"{r['step_memory_bytes'] / 2**30:9.2f} {r['memory_ratio_vs_hf_bf16']:6.2f} "
+            f"{100 * r['train_mfu']:5.1f}% {r['first_train_step_s']:8.1f}s",
+            flush=True,
+        )
+    return dict(
+        config=cfg,
+        tokens_per_step=tokens,
+        variants=rows,
+        refused=refused,
+        bf16_matmul_peak_flops=dict(median=peak_flops, samples=peak),
+    )
 
 
 def main(argv=None):
@@ -238,9 +291,15 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
-    parser.add_argument("--variants", nargs="+", choices=NAMES, metavar="ROW",
-                        help="the rows to time (default: all); transformers' row and the eager row each row's FLOPs "
-                             "are counted on come along (the like-for-like dropout-0 SDPA row of a flex row does not: name it). Rows: " + ", ".join(NAMES))
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=NAMES,
+        metavar="ROW",
+        help="the rows to time (default: all); transformers' row and the eager row each row's FLOPs "
+        "are counted on come along (the like-for-like dropout-0 SDPA row of a flex row does not: name it). Rows: "
+        + ", ".join(NAMES),
+    )
     parser.add_argument("--out", default="benchmarks/results/gpu/model.json")
     args = parser.parse_args(argv)
     if args.no_compile and args.variants and all(compiled(n) for n in args.variants):
@@ -251,9 +310,16 @@ def main(argv=None):
         parser.error("--runs must be >= 5")
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
-    result = dict(command=" ".join(["python"] + sys.argv), device=torch.cuda.get_device_name(device),
-                  environment=environment(), torch=torch.__version__, cuda=torch.version.cuda, runs=args.runs,
-                  warmup=args.warmup, configs={})
+    result = dict(
+        command=" ".join(["python"] + sys.argv),
+        device=torch.cuda.get_device_name(device),
+        environment=environment(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        runs=args.runs,
+        warmup=args.warmup,
+        configs={},
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.config:  # written after each config: a run stopped by a time limit keeps what it measured

@@ -28,7 +28,6 @@ from finetune import run_glue
 from xlnet_lite.embedded_datasets import embedded_rotten_tomatoes
 
 
-
 def build_documents(split, n_docs, *, reviews_per_doc, majority, seed):
     """n_docs rows {"sentence", "label"}: `majority` snippets of the label, the rest of the other label, shuffled."""
     rng = np.random.default_rng(seed)
@@ -66,7 +65,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--modes", default="truncate,mems", help="comma-separated: truncate, mems, mems_all, full")
     parser.add_argument("--full_length", type=int, default=512, help="max_seq_length of the 'full' mode")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadier on a shared 2-core machine)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1 is steadier on a shared 2-core machine)"
+    )
     parser.add_argument("--out", default="benchmarks/results/long_documents.json")
     args = parser.parse_args(argv)
     if not 0 < args.majority <= args.reviews_per_doc or 2 * args.majority <= args.reviews_per_doc:
@@ -75,11 +76,19 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     ds = embedded_rotten_tomatoes()
     work = Path(tempfile.mkdtemp(prefix="bench_long_docs_"))
-    docs = {name: build_documents(ds[name], n, reviews_per_doc=args.reviews_per_doc, majority=args.majority, seed=k)
-            for k, (name, n) in enumerate((("train", args.train_docs), ("validation", args.eval_docs), ("test", args.eval_docs)))}
+    docs = {
+        name: build_documents(ds[name], n, reviews_per_doc=args.reviews_per_doc, majority=args.majority, seed=k)
+        for k, (name, n) in enumerate(
+            (("train", args.train_docs), ("validation", args.eval_docs), ("test", args.eval_docs))
+        )
+    }
     files = {name: write_jsonl(work / f"{name}.jsonl", rows) for name, rows in docs.items()}
 
-    model_flags = ["--model_name_or_path", args.model_name_or_path] if args.model_name_or_path else ["--config_name", args.config_name]
+    model_flags = (
+        ["--model_name_or_path", args.model_name_or_path]
+        if args.model_name_or_path
+        else ["--config_name", args.config_name]
+    )
     if args.tokenizer_name or args.config_name:
         model_flags += ["--tokenizer_name", args.tokenizer_name or args.config_name]
     results = {"setup": {k: v for k, v in vars(args).items() if k != "out"}, "modes": {}}
@@ -87,13 +96,34 @@ def main(argv=None):
         out_dir = work / mode
         # "full": one segment long enough for every document (no truncation, no memory), the reference point
         max_len = args.full_length if mode == "full" else args.max_seq_length
-        flags = [*model_flags, "--train_file", files["train"], "--validation_file", files["validation"],
-                 "--test_file", files["test"], "--long_document_mode", "mems" if mode.startswith("mems") else "truncate",
-                 "--mems_backprop", "all" if mode == "mems_all" else "last",
-                 "--max_seq_length", str(max_len),
-                 "--mem_len", str(args.mem_len), "--num_train_epochs", str(args.num_train_epochs),
-                 "--learning_rate", str(args.learning_rate), "--per_device_train_batch_size", str(args.batch_size),
-                 "--seed", str(args.seed), "--output_dir", str(out_dir), "--overwrite_output_dir"]
+        flags = [
+            *model_flags,
+            "--train_file",
+            files["train"],
+            "--validation_file",
+            files["validation"],
+            "--test_file",
+            files["test"],
+            "--long_document_mode",
+            "mems" if mode.startswith("mems") else "truncate",
+            "--mems_backprop",
+            "all" if mode == "mems_all" else "last",
+            "--max_seq_length",
+            str(max_len),
+            "--mem_len",
+            str(args.mem_len),
+            "--num_train_epochs",
+            str(args.num_train_epochs),
+            "--learning_rate",
+            str(args.learning_rate),
+            "--per_device_train_batch_size",
+            str(args.batch_size),
+            "--seed",
+            str(args.seed),
+            "--output_dir",
+            str(out_dir),
+            "--overwrite_output_dir",
+        ]
         start = time.perf_counter()
         scores = run_glue.main(flags)
         wall = time.perf_counter() - start
@@ -106,10 +136,14 @@ def main(argv=None):
             "train_runtime_s": scores["train_runtime_s"],
             "test_runtime_s": scores.get("test_runtime_s"),
             "wall_time_s": round(wall, 2),
-            "test_docs_per_s": round(args.eval_docs / scores["test_runtime_s"], 1) if scores.get("test_runtime_s") else None,
+            "test_docs_per_s": round(args.eval_docs / scores["test_runtime_s"], 1)
+            if scores.get("test_runtime_s")
+            else None,
             "document_tokens": tokens,
             "max_seq_length": max_len,
-            "truncated_docs_fraction": tokens["test"]["longer_than_max_seq_length"] / tokens["test"]["docs"] if not mode.startswith("mems") else 0.0,
+            "truncated_docs_fraction": tokens["test"]["longer_than_max_seq_length"] / tokens["test"]["docs"]
+            if not mode.startswith("mems")
+            else 0.0,
         }
         print(json.dumps({mode: results["modes"][mode]}, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +154,10 @@ def main(argv=None):
 
 def model_summary(out_dir):
     config = json.loads((out_dir / "config.json").read_text())
-    return {k: config.get(k) for k in ("model_type", "vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "dropout")}
+    return {
+        k: config.get(k)
+        for k in ("model_type", "vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "dropout")
+    }
 
 
 def document_tokens(run_glue, out_dir, docs):
@@ -132,8 +169,12 @@ def document_tokens(run_glue, out_dir, docs):
     counts = {}
     for name, rows in docs.items():
         lengths = np.array([len(ids) for ids in tokenizer([r["sentence"] for r in rows])["input_ids"]])
-        counts[name] = {"docs": len(rows), "tokens": int(lengths.sum()), "mean_tokens": float(lengths.mean()),
-                        "longer_than_max_seq_length": int((lengths > max_len).sum())}
+        counts[name] = {
+            "docs": len(rows),
+            "tokens": int(lengths.sum()),
+            "mean_tokens": float(lengths.mean()),
+            "longer_than_max_seq_length": int((lengths > max_len).sum()),
+        }
     return counts
 
 

@@ -86,19 +86,50 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import xlnet_lite
-
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
 REPO = Path(__file__).resolve().parents[1]
 
 CONFIGS = {
-    "reference": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=8, seq_len=256,
-                      num_predict=43, mem_len=None, reuse_len=None, dropout=0.0),
-    "small": dict(vocab_size=8000, d_model=256, n_layer=4, n_head=4, d_inner=1024, batch=16, seq_len=128,
-                  num_predict=22, mem_len=96, reuse_len=64, dropout=0.0),  # the recipe pretrains without dropout;
+    "reference": dict(
+        vocab_size=8000,
+        d_model=256,
+        n_layer=4,
+        n_head=4,
+        d_inner=1024,
+        batch=8,
+        seq_len=256,
+        num_predict=43,
+        mem_len=None,
+        reuse_len=None,
+        dropout=0.0,
+    ),
+    "small": dict(
+        vocab_size=8000,
+        d_model=256,
+        n_layer=4,
+        n_head=4,
+        d_inner=1024,
+        batch=16,
+        seq_len=128,
+        num_predict=22,
+        mem_len=96,
+        reuse_len=64,
+        dropout=0.0,
+    ),  # the recipe pretrains without dropout;
     # P 22 is XLNet's 1/6 of 128, the recipe's default before it predicted a third (P 43): the speed tables keep it
-    "large": dict(vocab_size=8000, d_model=512, n_layer=6, n_head=8, d_inner=2048, batch=4, seq_len=512,
-                  num_predict=85, mem_len=256, reuse_len=256),
+    "large": dict(
+        vocab_size=8000,
+        d_model=512,
+        n_layer=6,
+        n_head=8,
+        d_inner=2048,
+        batch=4,
+        seq_len=512,
+        num_predict=85,
+        mem_len=256,
+        reuse_len=256,
+    ),
 }
 # name -> (implementation, attention path, autocast dtype, compiled)
 VARIANTS = {
@@ -115,8 +146,12 @@ VARIANTS = {
 }
 BASELINE = "hf_fp32"
 SAME_PRECISION_BASELINE = {n: "hf_bf16" for n in VARIANTS if n.startswith("lite_") and n.endswith("_bf16")}
-EAGER_TWIN = {"lite_compiled_fp32": "lite_sdpa_fp32", "lite_compiled_bf16": "lite_sdpa_bf16",  # same FLOPs
-              "lite_eager_compiled_fp32": "lite_eager_fp32", "lite_eager_compiled_bf16": "lite_eager_bf16"}
+EAGER_TWIN = {
+    "lite_compiled_fp32": "lite_sdpa_fp32",
+    "lite_compiled_bf16": "lite_sdpa_bf16",  # same FLOPs
+    "lite_eager_compiled_fp32": "lite_eager_fp32",
+    "lite_eager_compiled_bf16": "lite_eager_bf16",
+}
 MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "mem_len", "reuse_len")
 
 
@@ -136,11 +171,16 @@ def make_batch(cfg, seed=0):
     token_type_ids = torch.zeros(B, T, dtype=torch.long)
     sep = T // 2  # A <sep> B <sep> <cls>
     input_ids[:, sep], input_ids[:, -2], input_ids[:, -1] = 4, 4, 3
-    token_type_ids[:, sep + 1:-1], token_type_ids[:, -1] = 1, 2
+    token_type_ids[:, sep + 1 : -1], token_type_ids[:, -1] = 1, 2
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
     labels = input_ids.gather(1, target_mapping.argmax(-1))
-    return dict(input_ids=input_ids, token_type_ids=token_type_ids, perm_mask=perm_mask,
-                target_mapping=target_mapping, labels=labels)
+    return dict(
+        input_ids=input_ids,
+        token_type_ids=token_type_ids,
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+        labels=labels,
+    )
 
 
 def make_hf_mems(hf, cfg, seed=1):
@@ -235,9 +275,12 @@ def make_classify_batch(cfg, seed=0):
     for b, n in enumerate(torch.randint(0, T // 4, (B,), generator=gen).tolist()):
         attention_mask[b, :n] = 0
     token_type_ids = torch.zeros(B, T, dtype=torch.long)
-    token_type_ids[:, T // 2:-1], token_type_ids[:, -1] = 1, 2
-    return dict(input_ids=torch.randint(8, V, (B, T), generator=gen), attention_mask=attention_mask,
-                token_type_ids=token_type_ids)
+    token_type_ids[:, T // 2 : -1], token_type_ids[:, -1] = 1, 2
+    return dict(
+        input_ids=torch.randint(8, V, (B, T), generator=gen),
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+    )
 
 
 def build_classifiers(cfg, names, seed=0):
@@ -324,8 +367,12 @@ def count_flops(fn):
     return counter.get_total_flops()
 
 
-MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
-           torch.ops.aten.baddbmm.default}
+MATMULS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.baddbmm.default,
+}
 
 
 class _RecordMatmuls(TorchDispatchMode):
@@ -386,16 +433,39 @@ def memory_child(args):
         v.train_step()
     hwm = vm_hwm_bytes()
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps(dict(variant=args.memory_child, baseline_rss=base_rss, baseline_vmhwm=base_hwm, hwm_reset=reset,
-                          vmhwm_after=hwm, peak_delta=hwm - base_rss, baseline_ru_maxrss=base_maxrss,
-                          ru_maxrss_after=maxrss, ru_maxrss_delta=maxrss - base_rss, steps=args.mem_steps)))
+    print(
+        json.dumps(
+            dict(
+                variant=args.memory_child,
+                baseline_rss=base_rss,
+                baseline_vmhwm=base_hwm,
+                hwm_reset=reset,
+                vmhwm_after=hwm,
+                peak_delta=hwm - base_rss,
+                baseline_ru_maxrss=base_maxrss,
+                ru_maxrss_after=maxrss,
+                ru_maxrss_delta=maxrss - base_rss,
+                steps=args.mem_steps,
+            )
+        )
+    )
 
 
 def measure_memory(args, name, names):
     out = {}
     for variant in names:
-        cmd = [sys.executable, __file__, "--memory-child", variant, "--config", name, "--threads", str(args.threads),
-               "--mem-steps", str(args.mem_steps)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--memory-child",
+            variant,
+            "--config",
+            name,
+            "--threads",
+            str(args.threads),
+            "--mem-steps",
+            str(args.mem_steps),
+        ]
         if args.large_batch:
             cmd += ["--large-batch", str(args.large_batch)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -433,17 +503,29 @@ def time_collator(cfg, runs, batch):
         return dict(skipped=f"xlnet_lite.collator.DataCollatorForXLNetPretraining not available ({e})")
     B, T = cfg["batch"], cfg["seq_len"]
     collator = DataCollatorForXLNetPretraining(
-        tokenizer=_Tok(cfg["vocab_size"]), plm_probability=cfg["num_predict"] / T, reuse_len=cfg["reuse_len"], seed=0,
+        tokenizer=_Tok(cfg["vocab_size"]),
+        plm_probability=cfg["num_predict"] / T,
+        reuse_len=cfg["reuse_len"],
+        seed=0,
     )
-    examples = [dict(input_ids=batch["input_ids"][b].numpy(), token_type_ids=batch["token_type_ids"][b].numpy(),
-                     is_reversed=False) for b in range(B)]
+    examples = [
+        dict(
+            input_ids=batch["input_ids"][b].numpy(),
+            token_type_ids=batch["token_type_ids"][b].numpy(),
+            is_reversed=False,
+        )
+        for b in range(B)
+    ]
     out = collator(examples)
     for _ in range(2):
         collator(examples)
     times = [timed(lambda: collator(examples)) for _ in range(max(runs, 10))]
-    return dict(median_s=median(times), times_s=times,
-                shapes={k: list(v.shape) for k, v in out.items()},
-                note="synthetic tokenizer/vocabulary; input_ids and token types of the benchmark batch")
+    return dict(
+        median_s=median(times),
+        times_s=times,
+        shapes={k: list(v.shape) for k, v in out.items()},
+        note="synthetic tokenizer/vocabulary; input_ids and token types of the benchmark batch",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -462,8 +544,10 @@ def run_config(args, name, names):
     tokens = cfg["batch"] * cfg["seq_len"]
     print(f"\n=== {name}: {cfg}", flush=True)
     # the matmul peak at this config's start and end: a shared machine's speed drifts over a run
-    peak_samples = dict(fp32=matmul_peak(torch.float32), bf16=bf16_peak() if any(
-        VARIANTS[n][2] is torch.bfloat16 for n in names) else [])
+    peak_samples = dict(
+        fp32=matmul_peak(torch.float32),
+        bf16=bf16_peak() if any(VARIANTS[n][2] is torch.bfloat16 for n in names) else [],
+    )
     hf, batch, hf_mems, lite_mems, variants = build_variants(cfg, names)
     equiv = equivalence_check(hf, batch, hf_mems, lite_mems)
     print(f"equivalence (eval, fp32): {equiv}", flush=True)
@@ -527,18 +611,27 @@ def run_config(args, name, names):
         peak = peaks["bf16"] if dtype is torch.bfloat16 else peaks["fp32"]
         tr, inf = median(train_times[n]), median(infer_times[n])
         rows[n] = dict(
-            train_median_s=tr, train_tokens_per_s=tokens / tr, train_times_s=train_times[n],
-            infer_median_s=inf, infer_tokens_per_s=tokens / inf, infer_times_s=infer_times[n],
-            train_gflop=flops[n]["train"] / 1e9, infer_gflop=flops[n]["infer"] / 1e9,
-            train_mfu=flops[n]["train"] / tr / peak, infer_mfu=flops[n]["infer"] / inf / peak,
+            train_median_s=tr,
+            train_tokens_per_s=tokens / tr,
+            train_times_s=train_times[n],
+            infer_median_s=inf,
+            infer_tokens_per_s=tokens / inf,
+            infer_times_s=infer_times[n],
+            train_gflop=flops[n]["train"] / 1e9,
+            infer_gflop=flops[n]["infer"] / 1e9,
+            train_mfu=flops[n]["train"] / tr / peak,
+            infer_mfu=flops[n]["infer"] / inf / peak,
             train_mfu_hf_equivalent=flops[BASELINE]["train"] / tr / peak,
             train_matmul_only_s=flops[n]["matmul_only_s"],
             train_mfu_ceiling=flops[n]["train"] / flops[n]["matmul_only_s"] / peak,
             peak_for_mfu="bf16" if dtype is torch.bfloat16 else "fp32",
             memory=memory.get(n),
-            first_train_step_s=first[n]["train_s"], first_eval_forward_s=first[n]["infer_s"],
-            classify_median_s=median(classify_times[n]), classify_tokens_per_s=tokens / median(classify_times[n]),
-            classify_times_s=classify_times[n], first_classify_s=first[n]["classify_s"],
+            first_train_step_s=first[n]["train_s"],
+            first_eval_forward_s=first[n]["infer_s"],
+            classify_median_s=median(classify_times[n]),
+            classify_tokens_per_s=tokens / median(classify_times[n]),
+            classify_times_s=classify_times[n],
+            first_classify_s=first[n]["classify_s"],
         )
     base = rows[BASELINE]
     for n, r in rows.items():
@@ -560,47 +653,72 @@ def run_config(args, name, names):
                 collator[f"fraction_of_{n}_train_step"] = collator["median_s"] / rows[n]["train_median_s"]
     print_table(name, cfg, rows, collator)
     equiv["classification_max_abs_logit_diff"] = classify_diffs
-    print(f"matmul peak at this config's start and end (2048^3, {args.threads} threads; MFU above uses the median): "
-          + ", ".join(f"{k} {[round(x / 1e9) for x in v]} GFLOP/s" for k, v in peak_samples.items() if v), flush=True)
-    return dict(config=cfg, tokens_per_step=tokens, equivalence=equiv, variants=rows, collator=collator,
-                matmul_peak_flops={k: dict(median=median(v), samples=v) for k, v in peak_samples.items() if v})
+    print(
+        f"matmul peak at this config's start and end (2048^3, {args.threads} threads; MFU above uses the median): "
+        + ", ".join(f"{k} {[round(x / 1e9) for x in v]} GFLOP/s" for k, v in peak_samples.items() if v),
+        flush=True,
+    )
+    return dict(
+        config=cfg,
+        tokens_per_step=tokens,
+        equivalence=equiv,
+        variants=rows,
+        collator=collator,
+        matmul_peak_flops={k: dict(median=median(v), samples=v) for k, v in peak_samples.items() if v},
+    )
 
 
 def print_table(name, cfg, rows, collator):
-    print(f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, d_model {cfg['d_model']}, "
-          f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32")
-    head = (f"{'variant':<24} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
-            f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10} {'ceiling':>7}")
+    print(
+        f"\n{name}: B {cfg['batch']}, T {cfg['seq_len']}, P {cfg['num_predict']}, d_model {cfg['d_model']}, "
+        f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32"
+    )
+    head = (
+        f"{'variant':<24} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
+        f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10} {'ceiling':>7}"
+    )
     print(head)
     print("-" * len(head))
     for n, r in rows.items():
         mem = (r["memory"] or {}).get("peak_delta")
         mem_s = f"{mem / 2**20:8.0f}" if mem is not None else f"{'n/a':>8}"
         mem_x = f"{r['memory_ratio_vs_hf_fp32']:6.2f}" if "memory_ratio_vs_hf_fp32" in r else f"{'':>6}"
-        print(f"{n:<24} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
-              f"{r['infer_tokens_per_s']:15.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} "
-              f"{r['classify_tokens_per_s']:14.0f} {r['classify_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
-              f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}% "
-              f"{100 * r['train_mfu_ceiling']:6.1f}%")
+        print(
+            f"{n:<24} {r['train_tokens_per_s']:11.0f} {r['train_speedup_vs_hf_fp32']:6.2f} "
+            f"{r['infer_tokens_per_s']:15.0f} {r['infer_speedup_vs_hf_fp32']:6.2f} "
+            f"{r['classify_tokens_per_s']:14.0f} {r['classify_speedup_vs_hf_fp32']:6.2f} {mem_s} {mem_x} "
+            f"{r['train_gflop']:10.1f} {100 * r['train_mfu']:5.1f}% {100 * r['train_mfu_hf_equivalent']:9.1f}% "
+            f"{100 * r['train_mfu_ceiling']:6.1f}%"
+        )
     for n, r in rows.items():
         for pair in sorted(set(SAME_PRECISION_BASELINE.values())):
             if f"train_speedup_vs_{pair}" in r:
-                extra = (f", peak memory {r[f'memory_ratio_vs_{pair}']:.2f}x" if f"memory_ratio_vs_{pair}" in r else "")
-                print(f"{n} vs {pair}: train {r[f'train_speedup_vs_{pair}']:.2f}x, "
-                      f"inference {r[f'infer_speedup_vs_{pair}']:.2f}x{extra}")
+                extra = f", peak memory {r[f'memory_ratio_vs_{pair}']:.2f}x" if f"memory_ratio_vs_{pair}" in r else ""
+                print(
+                    f"{n} vs {pair}: train {r[f'train_speedup_vs_{pair}']:.2f}x, "
+                    f"inference {r[f'infer_speedup_vs_{pair}']:.2f}x{extra}"
+                )
     for n, r in rows.items():
         if r["first_train_step_s"] > 3 * r["train_median_s"]:
-            print(f"{n}: first training step {r['first_train_step_s']:.1f} s, first eval-mode forward "
-                  f"{r['first_eval_forward_s']:.1f} s (compilation / warm-up)")
+            print(
+                f"{n}: first training step {r['first_train_step_s']:.1f} s, first eval-mode forward "
+                f"{r['first_eval_forward_s']:.1f} s (compilation / warm-up)"
+            )
     if "median_s" in collator:
-        shares = ", ".join(f"{100 * v:.1f}% of a {k[len('fraction_of_'):-len('_train_step')]} training step"
-                           for k, v in collator.items() if k.startswith("fraction_of_"))
+        shares = ", ".join(
+            f"{100 * v:.1f}% of a {k[len('fraction_of_') : -len('_train_step')]} training step"
+            for k, v in collator.items()
+            if k.startswith("fraction_of_")
+        )
         print(f"collator: {1000 * collator['median_s']:.1f} ms per batch = {shares}")
     else:
         print(f"collator: {collator.get('skipped')}")
-    print("MFU = counted matmul FLOPs of the variant / median time / measured matmul peak (bf16 peak for bf16 rows); "
-          "MFU(hf-eq) charges every variant transformers' FLOP count; ceiling = the MFU if only the step's matmuls took time "
-          "(they replayed alone at the same shapes)", flush=True)
+    print(
+        "MFU = counted matmul FLOPs of the variant / median time / measured matmul peak (bf16 peak for bf16 rows); "
+        "MFU(hf-eq) charges every variant transformers' FLOP count; ceiling = the MFU if only the step's matmuls took time "
+        "(they replayed alone at the same shapes)",
+        flush=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -623,14 +741,25 @@ def profile_steps(args):
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events)
         top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
-        rows = [dict(op=e.key, self_cpu_ms_per_step=e.self_cpu_time_total / 1000 / args.profile_steps,
-                     share=e.self_cpu_time_total / total, calls_per_step=e.count / args.profile_steps) for e in top]
+        rows = [
+            dict(
+                op=e.key,
+                self_cpu_ms_per_step=e.self_cpu_time_total / 1000 / args.profile_steps,
+                share=e.self_cpu_time_total / total,
+                calls_per_step=e.count / args.profile_steps,
+            )
+            for e in top
+        ]
         report[name] = dict(steps=args.profile_steps, self_cpu_ms_per_step=total / 1000 / args.profile_steps, top=rows)
-        print(f"\n{name} (reference config, {args.threads} threads): {total / 1000 / args.profile_steps:.0f} ms "
-              f"self CPU per training step (mean of {args.profile_steps} profiled steps)")
+        print(
+            f"\n{name} (reference config, {args.threads} threads): {total / 1000 / args.profile_steps:.0f} ms "
+            f"self CPU per training step (mean of {args.profile_steps} profiled steps)"
+        )
         print(f"{'op':<48} {'ms/step':>8} {'share':>6} {'calls/step':>10}")
         for r in rows:
-            print(f"{r['op'][:48]:<48} {r['self_cpu_ms_per_step']:8.1f} {100 * r['share']:5.1f}% {r['calls_per_step']:10.0f}")
+            print(
+                f"{r['op'][:48]:<48} {r['self_cpu_ms_per_step']:8.1f} {100 * r['share']:5.1f}% {r['calls_per_step']:10.0f}"
+            )
     return report
 
 
@@ -644,9 +773,15 @@ def machine():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
-                transformers=transformers.__version__, xlnet_lite=xlnet_lite.__version__,
-                loadavg=os.getloadavg())
+    return dict(
+        cpu=cpu,
+        cores=os.cpu_count(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        xlnet_lite=xlnet_lite.__version__,
+        loadavg=os.getloadavg(),
+    )
 
 
 def bf16_emulated():
@@ -663,22 +798,34 @@ def variant_names(args):
     skipped = {}
     bf16 = args.precisions == "fp32,bf16" or (args.precisions == "auto" and not bf16_emulated())
     if not bf16:
-        why = ("--precisions fp32" if args.precisions == "fp32" else
-               f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AVX512-BF16/AMX: bf16 matmuls are emulated "
-               "(see the bf16 matmul peak below); pass --precisions fp32,bf16 to time them anyway")
+        why = (
+            "--precisions fp32"
+            if args.precisions == "fp32"
+            else f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AVX512-BF16/AMX: bf16 matmuls are emulated "
+            "(see the bf16 matmul peak below); pass --precisions fp32,bf16 to time them anyway"
+        )
         skipped["bf16"] = f"bf16 rows: {why}"
     if args.no_compile:
         skipped["compiled"] = "compiled rows: --no-compile"
-    names = [n for n, (_, _, dtype, compiled) in VARIANTS.items()
-             if (bf16 or dtype is None) and not (compiled and args.no_compile)]
+    names = [
+        n
+        for n, (_, _, dtype, compiled) in VARIANTS.items()
+        if (bf16 or dtype is None) and not (compiled and args.no_compile)
+    ]
     return names, skipped
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", nargs="+", choices=["reference", "small", "large", "all"], default=["reference", "small"])
-    parser.add_argument("--precisions", choices=["auto", "fp32", "fp32,bf16"], default="auto",
-                        help="auto: bf16 rows only where the CPU has bf16 matmul units")
+    parser.add_argument(
+        "--config", nargs="+", choices=["reference", "small", "large", "all"], default=["reference", "small"]
+    )
+    parser.add_argument(
+        "--precisions",
+        choices=["auto", "fp32", "fp32,bf16"],
+        default="auto",
+        help="auto: bf16 rows only where the CPU has bf16 matmul units",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     parser.add_argument("--runs", type=int, default=8, help="timed runs per variant (medians; >= 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs per variant first")
@@ -710,19 +857,31 @@ def main():
             base = mem[BASELINE].get("peak_delta")
             for n, m in mem.items():
                 if "peak_delta" in m:
-                    print(f"{name} {n:<16} peak {m['peak_delta'] / 2**20:7.0f} MB  x{m['peak_delta'] / base:5.2f} vs hf_fp32")
+                    print(
+                        f"{name} {n:<16} peak {m['peak_delta'] / 2**20:7.0f} MB  x{m['peak_delta'] / base:5.2f} vs hf_fp32"
+                    )
                 else:
                     print(f"{name} {n}: {m.get('error')}")
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(command=" ".join([Path(sys.executable).name] + sys.argv), memory=result), indent=1))
+        out.write_text(
+            json.dumps(dict(command=" ".join([Path(sys.executable).name] + sys.argv), memory=result), indent=1)
+        )
         return None
 
-    result = dict(command=" ".join([Path(sys.executable).name] + sys.argv), machine=machine(),
-                  threads=args.threads, runs=args.runs, warmup=args.warmup, skipped=skipped)
+    result = dict(
+        command=" ".join([Path(sys.executable).name] + sys.argv),
+        machine=machine(),
+        threads=args.threads,
+        runs=args.runs,
+        warmup=args.warmup,
+        skipped=skipped,
+    )
     if "bf16" in skipped:  # what the bf16 rows would be measured against
         result["bf16_matmul_peak_flops_512"] = bf16_peak()
-        print(f"bf16 matmul peak here (512^3, emulated): {median(result['bf16_matmul_peak_flops_512']) / 1e9:.2f} GFLOP/s")
+        print(
+            f"bf16 matmul peak here (512^3, emulated): {median(result['bf16_matmul_peak_flops_512']) / 1e9:.2f} GFLOP/s"
+        )
     result["configs"] = {}
     for name in configs:
         result["configs"][name] = run_config(args, name, names)

@@ -37,8 +37,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 TASKS = ("news_topic", "rotten_tomatoes")
-FINETUNE = ["--num_train_epochs", "3", "--learning_rate", "3e-4", "--max_seq_length", "128", "--checkpointing_steps", "0",
-            "--overwrite_output_dir"]
+FINETUNE = [
+    "--num_train_epochs",
+    "3",
+    "--learning_rate",
+    "3e-4",
+    "--max_seq_length",
+    "128",
+    "--checkpointing_steps",
+    "0",
+    "--overwrite_output_dir",
+]
 
 
 def sh(cmd, env):
@@ -85,14 +94,26 @@ def parse_variant(text):
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=FLAGS (NAME a word), got {text!r}")
     if name == "default" and flags.strip():
-        raise argparse.ArgumentTypeError(f"'default' is the recipe's defaults and takes no flags; name this arm otherwise: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"'default' is the recipe's defaults and takes no flags; name this arm otherwise: {text!r}"
+        )
     return name, shlex.split(flags)
 
 
 def pretrain_xlnet(runs, minutes, env, variant="default", flags=()):
     out = runs.root / xlnet_arm(variant, minutes)
-    cmd = [sys.executable, str(REPO / "pretrain" / "run_pretraining.py"), *flags, "--max_train_minutes", str(minutes),
-           "--output_dir", str(out), "--checkpointing_steps", "0", "--overwrite_output_dir"]
+    cmd = [
+        sys.executable,
+        str(REPO / "pretrain" / "run_pretraining.py"),
+        *flags,
+        "--max_train_minutes",
+        str(minutes),
+        "--output_dir",
+        str(out),
+        "--checkpointing_steps",
+        "0",
+        "--overwrite_output_dir",
+    ]
 
     def compute():
         wall = sh(cmd, env)
@@ -101,16 +122,17 @@ def pretrain_xlnet(runs, minutes, env, variant="default", flags=()):
 
     record = runs.get(f"pretrain_{xlnet_arm(variant, minutes)}", compute)
     recorded = record["command"].split()[1:]  # the script, then the variant's flags, then --max_train_minutes
-    if recorded[:recorded.index("--max_train_minutes")] != list(flags):  # a finished run of this name, other flags
-        sys.exit(f"--xlnet_variant {variant}: {runs.root} holds a run of that name made with other flags "
-                 f"({record['command']}); rename the variant or delete that run")
+    if recorded[: recorded.index("--max_train_minutes")] != list(flags):  # a finished run of this name, other flags
+        sys.exit(
+            f"--xlnet_variant {variant}: {runs.root} holds a run of that name made with other flags "
+            f"({record['command']}); rename the variant or delete that run"
+        )
     return record
 
 
 def pretraining_texts():
     """The XLNet-Lite run's (train, validation) documents: the recipe's default corpus."""
     from pretrain.run_pretraining import PretrainingArguments, load_corpus
-
     from xlnet_lite.training import parse_args
 
     return load_corpus(parse_args(PretrainingArguments, []))
@@ -125,39 +147,72 @@ def pretrain_bert(runs, minutes, learning_rate, tokenizer_path, tag=""):
 
         train, valid = pretraining_texts()
         start = time.perf_counter()
-        results = pretrain_mlm(train, load_tokenizer(tokenizer_path), minutes=minutes, learning_rate=learning_rate,
-                               output_dir=str(out), eval_texts=valid)
-        return {"command": f"benchmarks.baselines.bert_mlm.pretrain_mlm(minutes={minutes}, learning_rate={learning_rate})",
-                "wall_seconds": time.perf_counter() - start, "model": str(out), "results": results}
+        results = pretrain_mlm(
+            train,
+            load_tokenizer(tokenizer_path),
+            minutes=minutes,
+            learning_rate=learning_rate,
+            output_dir=str(out),
+            eval_texts=valid,
+        )
+        return {
+            "command": f"benchmarks.baselines.bert_mlm.pretrain_mlm(minutes={minutes}, learning_rate={learning_rate})",
+            "wall_seconds": time.perf_counter() - start,
+            "model": str(out),
+            "results": results,
+        }
 
     return runs.get(f"pretrain_bert_{minutes:g}min_lr{learning_rate:g}{tag}", compute)
 
 
 def finetune_xlnet(runs, name, model_flags, task, seed, rt_samples, env):
     out = runs.root / "finetune" / name / f"{task}_seed{seed}"
-    cmd = [sys.executable, str(REPO / "finetune" / "run_glue.py"), *model_flags, "--embedded_task", task, "--seed", str(seed),
-           "--output_dir", str(out), *FINETUNE]
+    cmd = [
+        sys.executable,
+        str(REPO / "finetune" / "run_glue.py"),
+        *model_flags,
+        "--embedded_task",
+        task,
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(out),
+        *FINETUNE,
+    ]
     if task == "rotten_tomatoes":
         cmd += ["--max_train_samples", str(rt_samples)]
 
     def compute():
         sh(cmd, env)
         r = json.loads((out / "all_results.json").read_text())
-        return {"command": " ".join(cmd[1:]), "eval_accuracy": r["eval_accuracy"], "test_accuracy": r["test_accuracy"],
-                "best_epoch": r["best_epoch"], "train_seconds": r["train_runtime_s"]}
+        return {
+            "command": " ".join(cmd[1:]),
+            "eval_accuracy": r["eval_accuracy"],
+            "test_accuracy": r["test_accuracy"],
+            "best_epoch": r["best_epoch"],
+            "train_seconds": r["train_runtime_s"],
+        }
 
     return runs.get(f"finetune_{name}_{task}_seed{seed}", compute)
 
 
 def finetune_bert(runs, name, model_path, task, seed, rt_samples):
     def compute():
-        from xlnet_lite.classification_data import load_splits
         from benchmarks.baselines.bert_mlm import finetune_bert_classifier
+        from xlnet_lite.classification_data import load_splits
         from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
 
-        r = finetune_bert_classifier(model_path, load_tokenizer(model_path), load_splits(embedded_task=task), seed=seed,
-                                     max_train_samples=rt_samples if task == "rotten_tomatoes" else None)
-        return {"command": f"benchmarks.baselines.bert_mlm.finetune_bert_classifier({model_path}, {task}, seed={seed})", **r}
+        r = finetune_bert_classifier(
+            model_path,
+            load_tokenizer(model_path),
+            load_splits(embedded_task=task),
+            seed=seed,
+            max_train_samples=rt_samples if task == "rotten_tomatoes" else None,
+        )
+        return {
+            "command": f"benchmarks.baselines.bert_mlm.finetune_bert_classifier({model_path}, {task}, seed={seed})",
+            **r,
+        }
 
     return runs.get(f"finetune_{name}_{task}_seed{seed}", compute)
 
@@ -176,10 +231,12 @@ def plot(table, budgets, path):
     fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4))
     for ax, task in zip(axes, TASKS):
         arms = [arm for arm in table[task] if arm.startswith("xlnet_lite")] + ["bert_mlm"]
-        for arm, style in zip(arms, ("o-", "^-", "v-", "D-", "P-", "X-")[:len(arms) - 1] + ("s--",)):
+        for arm, style in zip(arms, ("o-", "^-", "v-", "D-", "P-", "X-")[: len(arms) - 1] + ("s--",)):
             means = [table[task][arm][f"{m:g}"]["mean"] for m in budgets]
             stds = [table[task][arm][f"{m:g}"]["std"] for m in budgets]
-            label = "BERT MLM" if arm == "bert_mlm" else "XLNet-Lite PLM" + arm.removeprefix("xlnet_lite").replace("_", " ")
+            label = (
+                "BERT MLM" if arm == "bert_mlm" else "XLNet-Lite PLM" + arm.removeprefix("xlnet_lite").replace("_", " ")
+            )
             ax.errorbar(budgets, means, yerr=stds, fmt=style, capsize=4, label=label)
         rand = table[task]["random_init"]
         ax.axhspan(rand["mean"] - rand["std"], rand["mean"] + rand["std"], color="grey", alpha=0.25)
@@ -199,10 +256,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budgets", type=float, nargs="+", default=[3.0, 6.0], help="Pretraining minutes.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Finetuning seeds.")
-    parser.add_argument("--xlnet_variant", dest="xlnet_variants", type=parse_variant, action="append", metavar="NAME=FLAGS",
-                        help="An XLNet-Lite arm pretrained with these run_pretraining.py flags, e.g. "
-                             "'span1=--max_span_length 1'; repeatable; 'default=' is the recipe's defaults (the "
-                             "only arm when the flag is not given).")
+    parser.add_argument(
+        "--xlnet_variant",
+        dest="xlnet_variants",
+        type=parse_variant,
+        action="append",
+        metavar="NAME=FLAGS",
+        help="An XLNet-Lite arm pretrained with these run_pretraining.py flags, e.g. "
+        "'span1=--max_span_length 1'; repeatable; 'default=' is the recipe's defaults (the "
+        "only arm when the flag is not given).",
+    )
     parser.add_argument("--bert_lrs", type=float, nargs="+", default=[3e-4, 1e-3], help="BERT learning-rate sweep.")
     parser.add_argument("--sweep_minutes", type=float, default=1.5, help="Pretraining minutes of each sweep run.")
     parser.add_argument("--rt_train_samples", type=int, default=1000)
@@ -221,7 +284,9 @@ def main():
 
     variants = dict(args.xlnet_variants or [("default", [])])
     xlnet = {(v, m): pretrain_xlnet(runs, m, env, v, flags) for v, flags in variants.items() for m in budgets}
-    tokenizer = str(Path(next(iter(xlnet.values()))["model"]))  # the tokenizer every run trains the same way, saved with the model
+    tokenizer = str(
+        Path(next(iter(xlnet.values()))["model"])
+    )  # the tokenizer every run trains the same way, saved with the model
     sweep = {lr: pretrain_bert(runs, args.sweep_minutes, lr, tokenizer, tag="_sweep") for lr in args.bert_lrs}
     bert_lr = min(sweep, key=lambda lr: sweep[lr]["results"]["eval_mlm_loss"])
     bert = {m: pretrain_bert(runs, m, bert_lr, tokenizer) for m in budgets}
@@ -235,27 +300,45 @@ def main():
         splits = load_splits(embedded_task=task)
         if task == "rotten_tomatoes":
             splits["train"].data = splits["train"].data.select(range(rt))
-        table[task] = {"tfidf": tfidf_baseline(splits)["test_accuracy"], **{xlnet_column(v): {} for v in variants},
-                       "bert_mlm": {}}
-        table[task]["random_init"] = summarize([finetune_xlnet(runs, "random_init", ["--config_name", tokenizer], task, s, rt, env)
-                                                for s in args.seeds])
+        table[task] = {
+            "tfidf": tfidf_baseline(splits)["test_accuracy"],
+            **{xlnet_column(v): {} for v in variants},
+            "bert_mlm": {},
+        }
+        table[task]["random_init"] = summarize(
+            [finetune_xlnet(runs, "random_init", ["--config_name", tokenizer], task, s, rt, env) for s in args.seeds]
+        )
         for m in budgets:
             for v in variants:
-                table[task][xlnet_column(v)][f"{m:g}"] = summarize([finetune_xlnet(
-                    runs, xlnet_arm(v, m), ["--model_name_or_path", xlnet[v, m]["model"]], task, s, rt, env)
-                    for s in args.seeds])
-            table[task]["bert_mlm"][f"{m:g}"] = summarize([finetune_bert(runs, f"bert_{m:g}min", bert[m]["model"], task, s, rt)
-                                                           for s in args.seeds])
+                table[task][xlnet_column(v)][f"{m:g}"] = summarize(
+                    [
+                        finetune_xlnet(
+                            runs, xlnet_arm(v, m), ["--model_name_or_path", xlnet[v, m]["model"]], task, s, rt, env
+                        )
+                        for s in args.seeds
+                    ]
+                )
+            table[task]["bert_mlm"][f"{m:g}"] = summarize(
+                [finetune_bert(runs, f"bert_{m:g}min", bert[m]["model"], task, s, rt) for s in args.seeds]
+            )
 
     report = {
         "command": "python -m benchmarks.bench_pretraining_value " + " ".join(sys.argv[1:]),
-        "machine": {"cpu": platform.processor() or platform.machine(), "capability": torch.backends.cpu.get_cpu_capability(),
-                    "threads": args.threads, "load_average_at_end": os.getloadavg()},
-        "budgets_minutes": budgets, "seeds": args.seeds, "bert_learning_rate": bert_lr,
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": args.threads,
+            "load_average_at_end": os.getloadavg(),
+        },
+        "budgets_minutes": budgets,
+        "seeds": args.seeds,
+        "bert_learning_rate": bert_lr,
         "bert_sweep": {f"{lr:g}": s["results"]["eval_mlm_loss"] for lr, s in sweep.items()},
         "xlnet_variants": {v: shlex.join(flags) for v, flags in variants.items()},
-        "pretraining": {**{xlnet_column(v): {f"{m:g}": xlnet[v, m]["results"] for m in budgets} for v in variants},
-                        "bert_mlm": {f"{m:g}": r["results"] for m, r in bert.items()}},
+        "pretraining": {
+            **{xlnet_column(v): {f"{m:g}": xlnet[v, m]["results"] for m in budgets} for v in variants},
+            "bert_mlm": {f"{m:g}": r["results"] for m, r in bert.items()},
+        },
         "test_accuracy": table,
         "runs": [json.loads(p.read_text()) for p in sorted(runs.root.glob("*.json"))],
     }
@@ -264,9 +347,13 @@ def main():
     plot(table, budgets, args.plot)
     for task in TASKS:
         t = table[task]
-        print(f"\n{task}: TF-IDF {t['tfidf']:.3f}, random init {t['random_init']['mean']:.3f} ± {t['random_init']['std']:.3f}")
+        print(
+            f"\n{task}: TF-IDF {t['tfidf']:.3f}, random init {t['random_init']['mean']:.3f} ± {t['random_init']['std']:.3f}"
+        )
         for m in budgets:
-            cells = [(xlnet_column(v), t[xlnet_column(v)][f"{m:g}"]) for v in variants] + [("bert_mlm", t["bert_mlm"][f"{m:g}"])]
+            cells = [(xlnet_column(v), t[xlnet_column(v)][f"{m:g}"]) for v in variants] + [
+                ("bert_mlm", t["bert_mlm"][f"{m:g}"])
+            ]
             print(f"  {m:g} min: " + "   ".join(f"{arm} {c['mean']:.3f} ± {c['std']:.3f}" for arm, c in cells))
 
 

@@ -62,8 +62,9 @@ def run(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def bare_steps(model, batch, *, runs: int, bf16: bool, learning_rate: float, weight_decay: float,
-               eps: float) -> list[float]:
+def bare_steps(
+    model, batch, *, runs: int, bf16: bool, learning_rate: float, weight_decay: float, eps: float
+) -> list[float]:
     """Seconds of each of `runs` bare training steps (after 3 untimed ones), under bf16 autocast with bf16."""
     optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=eps)
     model.train()
@@ -98,25 +99,40 @@ def classification_batch(config, *, batch, seq_len, num_labels, seed=0):
         attention_mask[b, :n] = 0  # left padding, as the recipe's collator pads
     token_type_ids = torch.zeros(batch, seq_len, dtype=torch.long)
     token_type_ids[:, -1] = 2  # text <sep> <cls>, as the recipe's tokenizer makes a single-text input
-    return dict(input_ids=torch.randint(8, config.vocab_size, (batch, seq_len), generator=gen),
-                attention_mask=attention_mask, token_type_ids=token_type_ids,
-                labels=torch.randint(0, num_labels, (batch,), generator=gen))
+    return dict(
+        input_ids=torch.randint(8, config.vocab_size, (batch, seq_len), generator=gen),
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        labels=torch.randint(0, num_labels, (batch,), generator=gen),
+    )
 
 
 def compare(name, recipe, before, after, tokens_per_step, wall_s):
     bare = [tokens_per_step / statistics.median(t) for t in (before, after)]
     bare_mean = statistics.mean(bare)
-    row = dict(recipe_tokens_per_s=recipe["median"], recipe_records=recipe["records"], bare_tokens_per_s=bare_mean,
-               bare_before_after=bare, ratio=recipe["median"] / bare_mean, recipe_wall_s=wall_s)
-    print(f"{name}: recipe {recipe['median']:.0f} tok/s, bare step {bare_mean:.0f} tok/s "
-          f"(before {bare[0]:.0f}, after {bare[1]:.0f}): recipe = {100 * row['ratio']:.1f}% of the bare step", flush=True)
+    row = dict(
+        recipe_tokens_per_s=recipe["median"],
+        recipe_records=recipe["records"],
+        bare_tokens_per_s=bare_mean,
+        bare_before_after=bare,
+        ratio=recipe["median"] / bare_mean,
+        recipe_wall_s=wall_s,
+    )
+    print(
+        f"{name}: recipe {recipe['median']:.0f} tok/s, bare step {bare_mean:.0f} tok/s "
+        f"(before {bare[0]:.0f}, after {bare[1]:.0f}): recipe = {100 * row['ratio']:.1f}% of the bare step",
+        flush=True,
+    )
     return row
 
 
 def summary(name, repeats):
     ratios = [r["ratio"] for r in repeats]
-    print(f"{name}: recipe / bare step = {100 * statistics.median(ratios):.1f}% (median of {len(ratios)}; "
-          f"{', '.join(f'{100 * x:.1f}%' for x in ratios)})", flush=True)
+    print(
+        f"{name}: recipe / bare step = {100 * statistics.median(ratios):.1f}% (median of {len(ratios)}; "
+        f"{', '.join(f'{100 * x:.1f}%' for x in ratios)})",
+        flush=True,
+    )
     return dict(median_ratio=statistics.median(ratios), repeats=repeats)
 
 
@@ -133,31 +149,91 @@ def main():
     if args.pretrain_steps < 20 or args.finetune_steps < 20:
         parser.error("--pretrain-steps and --finetune-steps must be >= 20 (two metrics records, the first dropped)")
     torch.set_num_threads(args.threads)
-    launch = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-              "--num_cpu_threads_per_process", str(args.threads), "--dynamo_backend", "no", "--mixed_precision", "no" if args.precision == "fp32" else "bf16"]
-    result = dict(command=" ".join([Path(sys.executable).name] + sys.argv), loadavg_start=os.getloadavg(),
-                  threads=args.threads, precision=args.precision, environment=environment())
+    launch = [
+        "accelerate",
+        "launch",
+        "--cpu",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--num_cpu_threads_per_process",
+        str(args.threads),
+        "--dynamo_backend",
+        "no",
+        "--mixed_precision",
+        "no" if args.precision == "fp32" else "bf16",
+    ]
+    result = dict(
+        command=" ".join([Path(sys.executable).name] + sys.argv),
+        loadavg_start=os.getloadavg(),
+        threads=args.threads,
+        precision=args.precision,
+        environment=environment(),
+    )
     with tempfile.TemporaryDirectory(prefix="recipe_overhead_") as tmp:
         pre, fin = Path(tmp, "pretrain"), Path(tmp, "finetune")
         # the recipe first (it writes the config the bare step uses), then bare / recipe again / bare
-        run([*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--max_steps", "20",
-             "--eval_steps", "20", "--checkpointing_steps", "0", "--num_warmup_steps", "10"])
+        run(
+            [
+                *launch,
+                "pretrain/run_pretraining.py",
+                "--output_dir",
+                str(pre),
+                "--max_steps",
+                "20",
+                "--eval_steps",
+                "20",
+                "--checkpointing_steps",
+                "0",
+                "--num_warmup_steps",
+                "10",
+            ]
+        )
         config = xlnet_lite.XLNetLiteConfig.from_pretrained(pre)
         config.update(dict(reuse_len=64, use_mems_train=True))  # the recipe's training values (reset when saved)
         num_predict = math.ceil(128 * run_pretraining.PretrainingArguments.plm_probability)  # the recipe's P
         batch = pretraining_batch(config, batch=16, seq_len=128, num_predict=num_predict)
         model = xlnet_lite.XLNetLiteLMHeadModel(config)
         pre_hyper = dict(learning_rate=3e-4, weight_decay=0.01, eps=1e-8, bf16=args.precision == "bf16")
-        pre_cmd = [*launch, "pretrain/run_pretraining.py", "--output_dir", str(pre), "--overwrite_output_dir",
-                   "--max_steps", str(args.pretrain_steps), "--eval_steps", str(args.pretrain_steps),
-                   "--checkpointing_steps", "0", "--num_warmup_steps", "10"]
+        pre_cmd = [
+            *launch,
+            "pretrain/run_pretraining.py",
+            "--output_dir",
+            str(pre),
+            "--overwrite_output_dir",
+            "--max_steps",
+            str(args.pretrain_steps),
+            "--eval_steps",
+            str(args.pretrain_steps),
+            "--checkpointing_steps",
+            "0",
+            "--num_warmup_steps",
+            "10",
+        ]
         cls_config = xlnet_lite.XLNetLiteConfig.from_pretrained(pre, num_labels=6, dropout=0.1)
         cls_batch = classification_batch(cls_config, batch=16, seq_len=128, num_labels=6)
         cls_model = xlnet_lite.XLNetLiteForSequenceClassification(cls_config)
         fin_hyper = dict(learning_rate=3e-4, weight_decay=0.0, eps=1e-6, bf16=args.precision == "bf16")
-        fin_cmd = [*launch, "finetune/run_glue.py", "--embedded_task", "news_topic", "--model_name_or_path", str(pre),
-                   "--output_dir", str(fin), "--overwrite_output_dir", "--max_train_steps", str(args.finetune_steps),
-                   "--learning_rate", "3e-4", "--max_seq_length", "128", "--checkpointing_steps", "0"]
+        fin_cmd = [
+            *launch,
+            "finetune/run_glue.py",
+            "--embedded_task",
+            "news_topic",
+            "--model_name_or_path",
+            str(pre),
+            "--output_dir",
+            str(fin),
+            "--overwrite_output_dir",
+            "--max_train_steps",
+            str(args.finetune_steps),
+            "--learning_rate",
+            "3e-4",
+            "--max_seq_length",
+            "128",
+            "--checkpointing_steps",
+            "0",
+        ]
         pretraining, finetuning = [], []
         for _ in range(args.repeats):
             before = bare_steps(model, batch, runs=args.runs, **pre_hyper)

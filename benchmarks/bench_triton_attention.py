@@ -55,10 +55,20 @@ def make_inputs(shape, device, dtype, seed=0):
     blocked = torch.cat([torch.zeros(B, Q, M, dtype=torch.bool), perm_mask.bool()], dim=-1)  # (B, Q, K)
     blocked[:, torch.arange(Q), M + torch.arange(Q)] = False  # the content stream sees its own token
     segments = torch.cat([torch.zeros(B, K // 2, dtype=torch.long), torch.ones(B, K - K // 2, dtype=torch.long)], 1)
-    return dict(qw=rand(B, N, Q, D, scale=D**-0.5), qr=rand(B, N, Q, D, scale=D**-0.5), k=rand(B, N, K, D),
-                v=rand(B, N, K, D), kr=rand(1, N, D, R), gain=rand(B, N, Q, scale=0.1),
-                seg_q=segments[:, M:].to(device), seg_k=segments.to(device), blocked=blocked.to(device),
-                grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype), Q=Q, K=K)
+    return dict(
+        qw=rand(B, N, Q, D, scale=D**-0.5),
+        qr=rand(B, N, Q, D, scale=D**-0.5),
+        k=rand(B, N, K, D),
+        v=rand(B, N, K, D),
+        kr=rand(1, N, D, R),
+        gain=rand(B, N, Q, scale=0.1),
+        seg_q=segments[:, M:].to(device),
+        seg_k=segments.to(device),
+        blocked=blocked.to(device),
+        grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype),
+        Q=Q,
+        K=K,
+    )
 
 
 def sdpa_path(x, dropout):
@@ -73,8 +83,19 @@ def sdpa_path(x, dropout):
 def triton_path(x, dropout):
     from xlnet_lite.triton_attention import relative_attention
 
-    return relative_attention(x["qw"], x["k"], x["v"], qr=x["qr"], kr=x["kr"], gain=x["gain"], seg_q=x["seg_q"],
-                              seg_k=x["seg_k"], blocked=x["blocked"], dropout_p=dropout, qlen=x["Q"])
+    return relative_attention(
+        x["qw"],
+        x["k"],
+        x["v"],
+        qr=x["qr"],
+        kr=x["kr"],
+        gain=x["gain"],
+        seg_q=x["seg_q"],
+        seg_k=x["seg_k"],
+        blocked=x["blocked"],
+        dropout_p=dropout,
+        qlen=x["Q"],
+    )
 
 
 class HeldTo:
@@ -142,8 +163,10 @@ def checked(rows, x):
         return float("nan") if d.isnan() else d.item()
 
     error = {n: largest(out, out_ref) for n, (out, _) in results.items()}
-    grad_error = {n: max((largest(g, r) for g, r in zip(grads, grads_ref)), key=lambda d: (d != d, d))
-                  for n, (_, grads) in results.items()}
+    grad_error = {
+        n: max((largest(g, r) for g, r in zip(grads, grads_ref)), key=lambda d: (d != d, d))
+        for n, (_, grads) in results.items()
+    }
     return {n: fn for n, fn in rows.items() if n in results}, refused, error, grad_error
 
 
@@ -176,15 +199,17 @@ def main(argv=None):
         parser.error("without CUDA only --shape tiny runs (in Triton's interpreter, to check the script)")
     shape = SHAPES[args.shape]
     x = make_inputs(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    rows = {"sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
-            **({f"sdpa_path_{b.name.lower()}": HeldTo(b) for b in SDPA_BACKENDS} if device.type == "cuda" else {}),
-            **{f"triton_tile{t}_warps{w}": Tiled(t, w) for t, w in TILES[device.type]}}
+    rows = {
+        "sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
+        **({f"sdpa_path_{b.name.lower()}": HeldTo(b) for b in SDPA_BACKENDS} if device.type == "cuda" else {}),
+        **{f"triton_tile{t}_warps{w}": Tiled(t, w) for t, w in TILES[device.type]},
+    }
     rows, refused, error, grad_error = checked(rows, x)
     for n, why in refused.items():
         print(f"{n:<24} refused: {why}", flush=True)
     times = {n: [] for n in rows}
     for i in range(args.warmup + args.runs):
-        for n in list(rows)[i % len(rows):] + list(rows)[:i % len(rows)]:  # the order rotating every run
+        for n in list(rows)[i % len(rows) :] + list(rows)[: i % len(rows)]:  # the order rotating every run
             t = timed_step(rows[n], x, args.dropout, device)
             if i >= args.warmup:
                 times[n].append(t)
@@ -192,18 +217,34 @@ def main(argv=None):
     results = {}
     for n, fn in rows.items():
         t = statistics.median(times[n])
-        results[n] = dict(median_s=t, times_s=times[n], tflop_per_s=flops / t / 1e12,
-                          step_memory_bytes=bench_gpu.step_memory(lambda: fn(x, args.dropout))
-                          if device.type == "cuda" else None, max_abs_diff_vs_sdpa=error[n],
-                          max_abs_grad_diff_vs_sdpa=grad_error[n])
+        results[n] = dict(
+            median_s=t,
+            times_s=times[n],
+            tflop_per_s=flops / t / 1e12,
+            step_memory_bytes=bench_gpu.step_memory(lambda: fn(x, args.dropout)) if device.type == "cuda" else None,
+            max_abs_diff_vs_sdpa=error[n],
+            max_abs_grad_diff_vs_sdpa=grad_error[n],
+        )
         memory = results[n]["step_memory_bytes"]
-        print(f"{n:<24} {1000 * t:9.2f} ms {flops / t / 1e12:7.1f} TFLOP/s "
-              f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}"
-              f"  grad {grad_error[n]:.2e}", flush=True)
+        print(
+            f"{n:<24} {1000 * t:9.2f} ms {flops / t / 1e12:7.1f} TFLOP/s "
+            f"{'' if memory is None else f'{memory / 2**30:6.2f} GiB'}  max |diff| {error[n]:.2e}"
+            f"  grad {grad_error[n]:.2e}",
+            flush=True,
+        )
     command = "python -m benchmarks.bench_triton_attention " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_json(args.out, dict(command=command,
-                              environment=environment(), shape=shape, dropout=args.dropout, matmul_flops=flops,
-                              rows=results, refused=refused))
+    write_json(
+        args.out,
+        dict(
+            command=command,
+            environment=environment(),
+            shape=shape,
+            dropout=args.dropout,
+            matmul_flops=flops,
+            rows=results,
+            refused=refused,
+        ),
+    )
 
 
 if __name__ == "__main__":

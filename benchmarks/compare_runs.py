@@ -15,10 +15,24 @@ import json
 import sys
 from pathlib import Path
 
-LEFT_OUT = ("train_seconds", "tokens_per_second", "elapsed", "eval_seconds", "train_runtime_s", "test_runtime_s",
-            "wall_time_s", "max_train_minutes")
-MODEL_FILES = ("metrics.jsonl", "results.json", "all_results.json", "tokenizer.json", "model.safetensors",
-               "predict_results.tsv")
+LEFT_OUT = (
+    "train_seconds",
+    "tokens_per_second",
+    "elapsed",
+    "eval_seconds",
+    "train_runtime_s",
+    "test_runtime_s",
+    "wall_time_s",
+    "max_train_minutes",
+)
+MODEL_FILES = (
+    "metrics.jsonl",
+    "results.json",
+    "all_results.json",
+    "tokenizer.json",
+    "model.safetensors",
+    "predict_results.tsv",
+)
 
 
 def without_left_out(value):
@@ -48,8 +62,11 @@ def compared_files(root: Path, folders: list[Path]) -> set[str]:
     """Paths, relative to root, of the files compared: each model folder's MODEL_FILES, and every JSON file outside
     the model folders and checkpoints."""
     files = {str((d / name).relative_to(root)) for d in folders for name in MODEL_FILES if (d / name).is_file()}
-    files |= {str(p.relative_to(root)) for p in outside_checkpoints(root, "*.json")
-              if not any(d in p.parents for d in folders)}
+    files |= {
+        str(p.relative_to(root))
+        for p in outside_checkpoints(root, "*.json")
+        if not any(d in p.parents for d in folders)
+    }
     return files
 
 
@@ -57,8 +74,13 @@ def main(a, b) -> int:
     a, b = Path(a), Path(b)
     folders = {root: [p.parent for p in outside_checkpoints(root, "model.safetensors")] for root in (a, b)}
     for root in (a, b):
-        problem = ("does not exist" if not root.is_dir() else
-                   "holds no model.safetensors outside checkpoints" if not folders[root] else None)
+        problem = (
+            "does not exist"
+            if not root.is_dir()
+            else "holds no model.safetensors outside checkpoints"
+            if not folders[root]
+            else None
+        )
         if problem:
             print(f"compare_runs: error: {root} {problem}: give the outputs folders of two runs", file=sys.stderr)
             return 2

@@ -45,8 +45,7 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
         tokenizer = pretraining_args.get("vocab_size", 8000), pretraining_args.get("tokenizer_train_documents", 2000)
         pretraining = data["pretraining_results"]
         corpus = pretraining.get("corpus_tokens") if tokenizer[1] != 2000 else None
-        return (labels, data["finetune_flags"], data.get("device", "cpu"), pretraining["parameters"], tokenizer,
-                corpus)
+        return (labels, data["finetune_flags"], data.get("device", "cpu"), pretraining["parameters"], tokenizer, corpus)
 
     for _, data in files + [(str(p), json.loads(Path(p).read_text())) for p in reference_paths]:
         for labels, arms in data["summary"].items():
@@ -67,29 +66,42 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
             if prefer_own:
                 ref.update({arm: arms[arm] for arm in ("random_init", "tfidf") if arm in arms})
             if "random_init" not in ref and require_random_init:
-                raise SystemExit(f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
-                                 f"{data['finetune_flags']!r} on the {device} for a model of "
-                                 f"{pretraining['parameters']:,} parameters in any file given")
+                raise SystemExit(
+                    f"{path}: no random-init arm for {labels} labels per group with finetuning flags "
+                    f"{data['finetune_flags']!r} on the {device} for a model of "
+                    f"{pretraining['parameters']:,} parameters in any file given"
+                )
             p = arms["pretrained"]["test_accuracy"]
             r = ref["random_init"]["test_accuracy"] if "random_init" in ref else {"mean": None, "std": None}
             tfidf = ref.get("tfidf", {}).get("test_accuracy")
-            points.append({
-                "labels_per_class": labels, "finetune_flags": data["finetune_flags"], "file": path,
-                "machine": data.get("environment", {}).get("gpu" if device == "gpu" else "cpu"), "device": device,
-                "train_examples": ref.get("tfidf", {}).get("train_examples"),
-                "pretraining_steps": pretraining["steps"], "pretraining_tokens": pretraining["train_tokens_seen"],
-                "pretraining_flops": 6 * pretraining["parameters"] * pretraining["train_tokens_seen"],
-                "pretraining_minutes": round(pretraining["train_seconds"] / 60, 1),
-                "pretraining_precision": pretraining.get("mixed_precision"),
-                "eval_loss_minus_unigram": pretraining["eval_loss"] - pretraining["unigram_baseline_loss"],
-                "pretrained": p["mean"], "pretrained_std": p["std"], "seeds": p["n"],
-                "pretrained_validation": arms["pretrained"].get("validation_accuracy", {}).get("mean"),
-                "pretraining_args": data.get("pretraining_args"),
-                "random_init": r["mean"], "random_init_std": r["std"], "random_init_seeds": r.get("n"), "tfidf": tfidf,
-                "gain_over_random_init": None if r["mean"] is None else p["mean"] - r["mean"],
-                "gain_std": None if r["mean"] is None else math.hypot(p["std"], r["std"]),
-                "gain_over_tfidf": None if tfidf is None else p["mean"] - tfidf,
-            })
+            points.append(
+                {
+                    "labels_per_class": labels,
+                    "finetune_flags": data["finetune_flags"],
+                    "file": path,
+                    "machine": data.get("environment", {}).get("gpu" if device == "gpu" else "cpu"),
+                    "device": device,
+                    "train_examples": ref.get("tfidf", {}).get("train_examples"),
+                    "pretraining_steps": pretraining["steps"],
+                    "pretraining_tokens": pretraining["train_tokens_seen"],
+                    "pretraining_flops": 6 * pretraining["parameters"] * pretraining["train_tokens_seen"],
+                    "pretraining_minutes": round(pretraining["train_seconds"] / 60, 1),
+                    "pretraining_precision": pretraining.get("mixed_precision"),
+                    "eval_loss_minus_unigram": pretraining["eval_loss"] - pretraining["unigram_baseline_loss"],
+                    "pretrained": p["mean"],
+                    "pretrained_std": p["std"],
+                    "seeds": p["n"],
+                    "pretrained_validation": arms["pretrained"].get("validation_accuracy", {}).get("mean"),
+                    "pretraining_args": data.get("pretraining_args"),
+                    "random_init": r["mean"],
+                    "random_init_std": r["std"],
+                    "random_init_seeds": r.get("n"),
+                    "tfidf": tfidf,
+                    "gain_over_random_init": None if r["mean"] is None else p["mean"] - r["mean"],
+                    "gain_std": None if r["mean"] is None else math.hypot(p["std"], r["std"]),
+                    "gain_over_tfidf": None if tfidf is None else p["mean"] - tfidf,
+                }
+            )
     return sorted(points, key=lambda q: (_labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
 
 
@@ -108,8 +120,12 @@ SERIES_MARKERS = "D^vP*X"
 SERIES_STYLES = (":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 3)), (0, (1, 1)))
 # (name, the point's field, the target): where the gain over random init reaches 0, +5 and +10 points, and where the
 # pretrained model reaches TF-IDF
-MILESTONES = (("random init", "gain_over_random_init", 0.0), ("random init + 5", "gain_over_random_init", 0.05),
-              ("random init + 10", "gain_over_random_init", 0.10), ("TF-IDF", "gain_over_tfidf", 0.0))
+MILESTONES = (
+    ("random init", "gain_over_random_init", 0.0),
+    ("random init + 5", "gain_over_random_init", 0.05),
+    ("random init + 10", "gain_over_random_init", 0.10),
+    ("TF-IDF", "gain_over_tfidf", 0.0),
+)
 
 
 def standard_error(q):
@@ -130,7 +146,9 @@ def milestones(points):
     rows, lines = [], {}
     for q in points:
         if q.get("device") != "gpu":
-            lines.setdefault((q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]), []).append(q)
+            lines.setdefault((q.get("series", DEFAULT_SERIES), q["labels_per_class"], q["finetune_flags"]), []).append(
+                q
+            )
     for key, line in lines.items():
         flops_per_token = line[-1]["pretraining_flops"] / line[-1]["pretraining_tokens"]
         for name, field, target in MILESTONES:
@@ -156,11 +174,20 @@ def milestones(points):
                     how = "level"
                 elif reached is None and slope > 0:
                     reached, how = x1 + (target - g1) / slope, "extrapolated"
-            tokens = None if reached is None else 2.0 ** reached
-            rows.append({"series": key[0], "labels_per_class": key[1], "finetune_flags": key[2], "milestone": name,
-                         "how": how, "tokens": tokens, "flops": None if tokens is None else flops_per_token * tokens,
-                         "points_per_doubling_last": None if slope is None else 100 * slope,
-                         "largest_measured_tokens": 2.0 ** measured[-1][0]})
+            tokens = None if reached is None else 2.0**reached
+            rows.append(
+                {
+                    "series": key[0],
+                    "labels_per_class": key[1],
+                    "finetune_flags": key[2],
+                    "milestone": name,
+                    "how": how,
+                    "tokens": tokens,
+                    "flops": None if tokens is None else flops_per_token * tokens,
+                    "points_per_doubling_last": None if slope is None else 100 * slope,
+                    "largest_measured_tokens": 2.0 ** measured[-1][0],
+                }
+            )
     return rows
 
 
@@ -181,11 +208,15 @@ def plot(points, path, main=DEFAULT_SERIES):
     def gains(group, label, color, gpu, **style):
         """The gains over random init of one group of points, in `color` (None: the next); GPU points (another
         schedule, their own random arm) stand apart as hollow markers. Returns the colour drawn."""
-        shown = ax.errorbar([q["pretraining_tokens"] / 1e6 for q in group],
-                            [100 * q["gain_over_random_init"] for q in group],
-                            yerr=[100 * q["gain_std"] for q in group], capsize=3, color=color,
-                            label=label + (" (GPU)" if gpu else ""),
-                            **(style | ({"ls": "none", "mfc": "none", "ms": 8} if gpu else {})))
+        shown = ax.errorbar(
+            [q["pretraining_tokens"] / 1e6 for q in group],
+            [100 * q["gain_over_random_init"] for q in group],
+            yerr=[100 * q["gain_std"] for q in group],
+            capsize=3,
+            color=color,
+            label=label + (" (GPU)" if gpu else ""),
+            **(style | ({"ls": "none", "mfc": "none", "ms": 8} if gpu else {})),
+        )
         return shown[0].get_color()
 
     for labels in sorted({q["labels_per_class"] for q in points}, key=_labels_key):
@@ -197,21 +228,36 @@ def plot(points, path, main=DEFAULT_SERIES):
         for group, gpu in ((line, False), (apart, True)):
             if not group:
                 continue
-            color = colors[labels] = gains(group, f"{labels} labels/group{named}: pretrained - random init", color, gpu,
-                                           marker="s" if gpu else "o")
+            color = colors[labels] = gains(
+                group, f"{labels} labels/group{named}: pretrained - random init", color, gpu, marker="s" if gpu else "o"
+            )
             if all(q["gain_over_tfidf"] is not None for q in group):
-                ax.plot([q["pretraining_tokens"] / 1e6 for q in group], [100 * q["gain_over_tfidf"] for q in group],
-                        ls="none" if gpu else "--", marker="x", color=color,
-                        label=None if gpu else f"{labels} labels/group{named}: pretrained - TF-IDF")
+                ax.plot(
+                    [q["pretraining_tokens"] / 1e6 for q in group],
+                    [100 * q["gain_over_tfidf"] for q in group],
+                    ls="none" if gpu else "--",
+                    marker="x",
+                    color=color,
+                    label=None if gpu else f"{labels} labels/group{named}: pretrained - TF-IDF",
+                )
     others = dict.fromkeys(q["series"] for q in points if q.get("series", DEFAULT_SERIES) != main)
-    for (series, marker, ls) in zip(others, SERIES_MARKERS, SERIES_STYLES):
+    for series, marker, ls in zip(others, SERIES_MARKERS, SERIES_STYLES):
         for labels in sorted({q["labels_per_class"] for q in points if q.get("series") == series}, key=_labels_key):
             group = [q for q in points if q.get("series") == series and q["labels_per_class"] == labels]
             for gpu in (False, True):  # its CPU line, then its GPU points apart, in one colour
                 part = [q for q in group if (q.get("device") == "gpu") == gpu]
                 if part:
-                    colors.setdefault(labels, gains(part, f"{labels} labels/group, {series}: pretrained - random init",
-                                                    colors.get(labels), gpu, marker=marker, ls=ls))
+                    colors.setdefault(
+                        labels,
+                        gains(
+                            part,
+                            f"{labels} labels/group, {series}: pretrained - random init",
+                            colors.get(labels),
+                            gpu,
+                            marker=marker,
+                            ls=ls,
+                        ),
+                    )
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log")
     ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200) if min(x_all) / 1.5 <= t <= max(x_all) * 1.5]
@@ -231,14 +277,27 @@ def plot(points, path, main=DEFAULT_SERIES):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", nargs="+", help="bench_newsgroups result files")
-    parser.add_argument("--reference", nargs="+", default=[],
-                        help="Result files read for their random-init and TF-IDF arms only (e.g. another objective's).")
-    parser.add_argument("--name", default=DEFAULT_SERIES,
-                        help="The result files' pretraining recipe, as the table and the legend name it.")
-    parser.add_argument("--series", nargs="+", action="append", default=[], metavar=("NAME", "FILE"),
-                        help="Another pretraining recipe's result files (at least one), drawn as their own line named "
-                             f"NAME (up to {len(SERIES_MARKERS)} such recipes); give it after the result files, which it "
-                             "would take in.")
+    parser.add_argument(
+        "--reference",
+        nargs="+",
+        default=[],
+        help="Result files read for their random-init and TF-IDF arms only (e.g. another objective's).",
+    )
+    parser.add_argument(
+        "--name",
+        default=DEFAULT_SERIES,
+        help="The result files' pretraining recipe, as the table and the legend name it.",
+    )
+    parser.add_argument(
+        "--series",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar=("NAME", "FILE"),
+        help="Another pretraining recipe's result files (at least one), drawn as their own line named "
+        f"NAME (up to {len(SERIES_MARKERS)} such recipes); give it after the result files, which it "
+        "would take in.",
+    )
     parser.add_argument("--out", default=None, help="Write the points as JSON here.")
     parser.add_argument("--plot", default=None, help="Write the plot here (PNG).")
     args = parser.parse_args(argv)
@@ -246,8 +305,9 @@ def main(argv=None):
         if len(series) < 2:
             parser.error(f"--series {' '.join(series)}: give a name and at least one result file")
         if series[0] == args.name or [s[0] for s in args.series].count(series[0]) > 1:
-            parser.error(f"--series {series[0]}: the name is taken (the result files are {args.name!r}; one "
-                         "--series per name)")
+            parser.error(
+                f"--series {series[0]}: the name is taken (the result files are {args.name!r}; one --series per name)"
+            )
     if len(args.series) > len(SERIES_MARKERS):
         parser.error(f"--series: at most {len(SERIES_MARKERS)} other recipes in one plot")
     for path in args.results + args.reference + [f for series in args.series for f in series[1:]]:
@@ -259,30 +319,54 @@ def main(argv=None):
     order = {args.name: 0, **{name: i + 1 for i, (name, *_) in enumerate(args.series)}}
     points.sort(key=lambda q: (order[q["series"]], _labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
     recipe = (lambda q: f"{q['series']} | ") if args.series else (lambda q: "")
-    print(f"| {'recipe | ' if args.series else ''}labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | "
-          "pretrained | random init | gain | TF-IDF | vs TF-IDF |")
+    print(
+        f"| {'recipe | ' if args.series else ''}labels/group | steps | tokens | FLOPs | minutes | PLM loss - unigram | "
+        "pretrained | random init | gain | TF-IDF | vs TF-IDF |"
+    )
     print("|---" * (12 if args.series else 11) + "|")
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
-        print(f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
-              f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({precision_name(q['pretraining_precision'])}"
-              f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
-              f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
-              f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
-              f"{tfidf or ' | '} |")
+        print(
+            f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
+            f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({precision_name(q['pretraining_precision'])}"
+            f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
+            f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
+            f"{q['random_init']:.3f} ± {q['random_init_std']:.3f} | {100 * q['gain_over_random_init']:+.1f} | "
+            f"{tfidf or ' | '} |"
+        )
     reached = milestones(points)
-    print("\n| recipe | labels/group (finetuning) | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        "\n| recipe | labels/group (finetuning) | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for m in reached:
-        at = (f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}" if m["tokens"] is not None
-              else "not: the last two budgets level within the seeds' spread | " if m["how"] == "level"
-              else "not, at the last slope | " if m["points_per_doubling_last"] is not None else "one budget measured | ")
+        at = (
+            f"{m['tokens'] / 1e6:,.1f}M | {m['flops']:.1e}"
+            if m["tokens"] is not None
+            else "not: the last two budgets level within the seeds' spread | "
+            if m["how"] == "level"
+            else "not, at the last slope | "
+            if m["points_per_doubling_last"] is not None
+            else "one budget measured | "
+        )
         slope = "" if m["points_per_doubling_last"] is None else f"{m['points_per_doubling_last']:+.1f}"
         flags = f" ({m['finetune_flags']})" if m["finetune_flags"] else ""
-        print(f"| {m['series']} | {m['labels_per_class']}{flags} | {m['milestone']} | {at} | {m['how'] or ''} | {slope} |")
+        print(
+            f"| {m['series']} | {m['labels_per_class']}{flags} | {m['milestone']} | {at} | {m['how'] or ''} | {slope} |"
+        )
     if args.out:
-        Path(args.out).write_text(json.dumps({"command": "python -m benchmarks.compute_curve " + shlex.join(
-            argv if argv is not None else sys.argv[1:]), "points": points, "milestones": reached}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "command": "python -m benchmarks.compute_curve "
+                    + shlex.join(argv if argv is not None else sys.argv[1:]),
+                    "points": points,
+                    "milestones": reached,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     if args.plot:
         plot(points, args.plot, main=args.name)
 

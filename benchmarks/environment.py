@@ -36,12 +36,16 @@ def environment() -> dict:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "commit": _git("rev-parse", "--short", "HEAD"),
-        "uncommitted_changes": None if (status := _git("status", "--porcelain", "--untracked-files=no")) is None
+        "uncommitted_changes": None
+        if (status := _git("status", "--porcelain", "--untracked-files=no")) is None
         else bool(status),  # None: no git (a copy of the tree without its history)
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_bf16_units": {"amx": torch.cpu._is_amx_tile_supported(), "avx512_bf16": torch.cpu._is_avx512_bf16_supported()},
+        "cpu_bf16_units": {
+            "amx": torch.cpu._is_amx_tile_supported(),
+            "avx512_bf16": torch.cpu._is_avx512_bf16_supported(),
+        },
         "cores": os.cpu_count(),
         "gpu": gpu,
         "cuda": torch.version.cuda if gpu else None,

@@ -14,6 +14,7 @@ output over that output's largest magnitude (bf16: about 0.004 is one rounding);
 
     python -m benchmarks.flex_probe [--runs 10] [--out F]
 """
+
 import argparse
 import json
 import statistics
@@ -53,6 +54,7 @@ def main(argv=None):
     def shift_mod(table):
         def score_mod(score, b, h, i, j):
             return score + table[b, h, i, torch.clamp(Q - i + j, max=R - 1)]
+
         return score_mod
 
     def dense_mod(score, b, h, i, j):
@@ -76,9 +78,13 @@ def main(argv=None):
         with torch.no_grad():
             fn()
 
-    result = dict(command=" ".join(["python -m benchmarks.flex_probe"] + sys.argv[1:]),
-                  device=torch.cuda.get_device_name(), torch=torch.__version__, shape=dict(B=B, N=N, Q=Q, K=K, D=D),
-                  arms={})
+    result = dict(
+        command=" ".join(["python -m benchmarks.flex_probe"] + sys.argv[1:]),
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        shape=dict(B=B, N=N, Q=Q, K=K, D=D),
+        arms={},
+    )
     with torch.no_grad():
         reference = arms["sdpa_bias"]().float()
     leaves = (q, k, v, raw, dense)
@@ -105,8 +111,11 @@ def main(argv=None):
             row[f"{what}_ms"] = statistics.median(times)
         row["max_rel_diff_vs_sdpa_bias"] = err
         result["arms"][name] = row
-        print(f"{name:<18} fwd+bwd {row['forward_backward_ms']:8.2f} ms  fwd {row['forward_ms']:7.2f} ms"
-              + ("" if err is None else f"  max rel diff {err:.3g}"), flush=True)
+        print(
+            f"{name:<18} fwd+bwd {row['forward_backward_ms']:8.2f} ms  fwd {row['forward_ms']:7.2f} ms"
+            + ("" if err is None else f"  max rel diff {err:.3g}"),
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

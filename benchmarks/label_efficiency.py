@@ -25,8 +25,9 @@ def one_pretraining(points):
     """The points, one per number of labels, after checking they share one pretraining."""
     runs = {(q["pretraining_steps"], q["pretraining_tokens"], q["pretraining_flops"]) for q in points}
     if len(runs) > 1:
-        raise SystemExit(f"the files hold {len(runs)} pretrainings (steps, tokens, FLOPs: {sorted(runs)}): "
-                         "one pretraining per table")
+        raise SystemExit(
+            f"the files hold {len(runs)} pretrainings (steps, tokens, FLOPs: {sorted(runs)}): one pretraining per table"
+        )
     labels = [q["labels_per_class"] for q in points]
     if len(set(labels)) != len(labels):
         raise SystemExit(f"two files hold the same number of labels per group ({sorted(labels, key=_labels_key)})")
@@ -35,10 +36,14 @@ def one_pretraining(points):
 
 def plot(points, path):
     """bench_newsgroups' plot of one summary, from the points."""
-    summary = {(q["labels_per_class"] if q["labels_per_class"] == "all" else int(q["labels_per_class"])): {
-        "pretrained": {"test_accuracy": {"mean": q["pretrained"], "std": q["pretrained_std"]}},
-        "random_init": {"test_accuracy": {"mean": q["random_init"], "std": q["random_init_std"]}},
-        "tfidf": {"test_accuracy": q["tfidf"], "train_examples": q["train_examples"]}} for q in points}
+    summary = {
+        (q["labels_per_class"] if q["labels_per_class"] == "all" else int(q["labels_per_class"])): {
+            "pretrained": {"test_accuracy": {"mean": q["pretrained"], "std": q["pretrained_std"]}},
+            "random_init": {"test_accuracy": {"mean": q["random_init"], "std": q["random_init_std"]}},
+            "tfidf": {"test_accuracy": q["tfidf"], "train_examples": q["train_examples"]},
+        }
+        for q in points
+    }
     plot_summary(summary, path)
 
 
@@ -51,19 +56,31 @@ def main(argv=None):
     args = parser.parse_args(argv)
     points = one_pretraining(load_points(args.results, args.reference, prefer_own=True))
     q = points[0]
-    print(f"pretraining: {q['pretraining_steps']:,} steps, {q['pretraining_tokens'] / 1e6:.1f}M tokens, "
-          f"{q['pretraining_flops']:.1e} FLOPs")
+    print(
+        f"pretraining: {q['pretraining_steps']:,} steps, {q['pretraining_tokens'] / 1e6:.1f}M tokens, "
+        f"{q['pretraining_flops']:.1e} FLOPs"
+    )
     print("| labels/group | finetuning | pretrained | random init | gain | TF-IDF | pretrained vs TF-IDF | CPU |")
     print("|---|---|---|---|---|---|---|---|")
     for q in points:
-        print(f"| {q['labels_per_class']} | {q['finetune_flags'] or 'defaults'} | {q['pretrained']:.3f} ± "
-              f"{q['pretrained_std']:.3f} | {q['random_init']:.3f} ± {q['random_init_std']:.3f} | "
-              f"{100 * q['gain_over_random_init']:+.1f} | {q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f} | "
-              f"{q['machine']} |")
+        print(
+            f"| {q['labels_per_class']} | {q['finetune_flags'] or 'defaults'} | {q['pretrained']:.3f} ± "
+            f"{q['pretrained_std']:.3f} | {q['random_init']:.3f} ± {q['random_init_std']:.3f} | "
+            f"{100 * q['gain_over_random_init']:+.1f} | {q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f} | "
+            f"{q['machine']} |"
+        )
     if args.out:
-        Path(args.out).write_text(json.dumps({
-            "command": "python -m benchmarks.label_efficiency " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "points": points}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "command": "python -m benchmarks.label_efficiency "
+                    + " ".join(argv if argv is not None else sys.argv[1:]),
+                    "points": points,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     if args.plot:
         plot(points, args.plot)
 

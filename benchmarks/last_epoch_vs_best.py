@@ -26,8 +26,9 @@ def runs_with_curves(paths, *, flags=None, learning_rate=None):
             curve = run.get("validation_curve")
             if not curve or None in curve:  # --eval_strategy no scores only the last epoch
                 continue
-            if (flags is not None and run.get("finetune_flags") != flags) or \
-                    (learning_rate is not None and run.get("learning_rate") != learning_rate):
+            if (flags is not None and run.get("finetune_flags") != flags) or (
+                learning_rate is not None and run.get("learning_rate") != learning_rate
+            ):
                 continue
             runs.setdefault(run["command"], {**run, "file": Path(path).name})
     return runs
@@ -42,7 +43,9 @@ def summary(runs) -> dict:
         "runs": len(curves),
         "best_minus_last": {"mean": statistics.mean(gaps), "max": max(gaps), "last_is_best": sum(g == 0 for g in gaps)},
         "best_minus_epoch_mean": {k: statistics.mean(v) for k, v in by_epoch.items()},
-        "best_epoch_counts": {e: sum(r["best_epoch"] == e for r in runs) for e in sorted({r["best_epoch"] for r in runs})},
+        "best_epoch_counts": {
+            e: sum(r["best_epoch"] == e for r in runs) for e in sorted({r["best_epoch"] for r in runs})
+        },
     }
 
 
@@ -59,9 +62,13 @@ def main(argv=None):
     runs = list(runs_with_curves(args.files, flags=args.finetune_flags, learning_rate=args.learning_rate).values())
     if not runs:
         parser.exit(2, "last_epoch_vs_best: error: no run with a validation curve in these files\n")
-    report = {"files": sorted({r["file"] for r in runs}), "finetune_flags": args.finetune_flags,
-              "learning_rate": args.learning_rate, "all": summary(runs),
-              "by_arm": {arm: summary([r for r in runs if r["arm"] == arm]) for arm in sorted({r["arm"] for r in runs})}}
+    report = {
+        "files": sorted({r["file"] for r in runs}),
+        "finetune_flags": args.finetune_flags,
+        "learning_rate": args.learning_rate,
+        "all": summary(runs),
+        "by_arm": {arm: summary([r for r in runs if r["arm"] == arm]) for arm in sorted({r["arm"] for r in runs})},
+    }
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

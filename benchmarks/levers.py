@@ -25,9 +25,25 @@ from pathlib import Path
 from benchmarks.compute_curve import load_points, precision_name
 
 # arguments that name places or bookkeeping, not the pretraining itself
-NOT_A_LEVER = {"output_dir", "overwrite_output_dir", "resume_from_checkpoint", "token_store_cache_dir", "logging_steps",
-               "checkpointing_steps", "save_total_limit", "with_tracking", "report_to", "push_to_hub", "hub_model_id",
-               "hub_token", "eval_steps", "eval_batches", "preprocessing_num_workers", "prepare_only", "max_steps"}
+NOT_A_LEVER = {
+    "output_dir",
+    "overwrite_output_dir",
+    "resume_from_checkpoint",
+    "token_store_cache_dir",
+    "logging_steps",
+    "checkpointing_steps",
+    "save_total_limit",
+    "with_tracking",
+    "report_to",
+    "push_to_hub",
+    "hub_model_id",
+    "hub_token",
+    "eval_steps",
+    "eval_batches",
+    "preprocessing_num_workers",
+    "prepare_only",
+    "max_steps",
+}
 
 
 def changed_pretraining_flags(recorded):
@@ -37,10 +53,15 @@ def changed_pretraining_flags(recorded):
         return None
     from pretrain.run_pretraining import XLNET_OBJECTIVE, PretrainingArguments
 
-    defaults = {f.name: f.default for f in dataclasses.fields(PretrainingArguments) if f.default is not dataclasses.MISSING}
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(PretrainingArguments) if f.default is not dataclasses.MISSING
+    }
     defaults |= XLNET_OBJECTIVE
-    return " ".join(f"--{k} {v:.4g}" if isinstance(v, float) else f"--{k} {v}" for k, v in sorted(recorded.items())
-                    if k in defaults and k not in NOT_A_LEVER and v != defaults[k])
+    return " ".join(
+        f"--{k} {v:.4g}" if isinstance(v, float) else f"--{k} {v}"
+        for k, v in sorted(recorded.items())
+        if k in defaults and k not in NOT_A_LEVER and v != defaults[k]
+    )
 
 
 def machine(environment, device, gpu):
@@ -48,7 +69,9 @@ def machine(environment, device, gpu):
     if device == "gpu":
         return gpu
     units, cpu = environment.get("cpu_bf16_units") or {}, str(environment.get("cpu"))
-    kind = "AMX" if units.get("amx") else "AVX512-BF16" if units.get("avx512_bf16") else environment.get("cpu_capability")
+    kind = (
+        "AMX" if units.get("amx") else "AVX512-BF16" if units.get("avx512_bf16") else environment.get("cpu_capability")
+    )
     name = next((short for short in ("Xeon", "EPYC") if short in cpu), cpu)
     return f"{name} ({kind})" if kind else name
 
@@ -62,8 +85,16 @@ def lever_rows(named_files, reference_paths=()):
     rows = []
     for name, path in named_files:
         environment = json.loads(Path(path).read_text()).get("environment", {})
-        rows += [{"lever": name, **q, "pretraining_flags": changed_pretraining_flags(q["pretraining_args"]),
-                  "machine": machine(environment, q["device"], q["machine"])} for q in points if q["file"] == path]
+        rows += [
+            {
+                "lever": name,
+                **q,
+                "pretraining_flags": changed_pretraining_flags(q["pretraining_args"]),
+                "machine": machine(environment, q["device"], q["machine"]),
+            }
+            for q in points
+            if q["file"] == path
+        ]
     return rows
 
 
@@ -74,8 +105,11 @@ def _pm(mean, std, seeds=None):
 
 
 def markdown(rows):
-    lines = ["| lever | labels/group | finetuning | pretraining | PLM loss - unigram | test | validation | random init "
-             "| gain | machine, precision | file |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| lever | labels/group | finetuning | pretraining | PLM loss - unigram | test | validation | random init "
+        "| gain | machine, precision | file |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for q in rows:
         flags = "" if not q["pretraining_flags"] else f" (`{q['pretraining_flags']}`)"
         gain = "" if q["gain_over_random_init"] is None else f"{100 * q['gain_over_random_init']:+.1f}"
@@ -85,13 +119,16 @@ def markdown(rows):
             f"{q['eval_loss_minus_unigram']:+.2f} | {_pm(q['pretrained'], q['pretrained_std'], q['seeds'])} | "
             f"{'' if q['pretrained_validation'] is None else format(q['pretrained_validation'], '.3f')} | "
             f"{_pm(q['random_init'], q['random_init_std'], q['random_init_seeds'])} | {gain} | {q['machine']}, "
-            f"{precision_name(q['pretraining_precision'])} | {Path(q['file']).name} |")
+            f"{precision_name(q['pretraining_precision'])} | {Path(q['file']).name} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("arms", nargs="+", metavar="NAME=FILE", help="a lever's name and its bench_newsgroups result file")
+    parser.add_argument(
+        "arms", nargs="+", metavar="NAME=FILE", help="a lever's name and its bench_newsgroups result file"
+    )
     parser.add_argument("--reference", nargs="+", default=[], help="Files read for their random-init and TF-IDF arms.")
     parser.add_argument("--out", help="Write the rows as JSON here.")
     args = parser.parse_args(argv)
@@ -109,9 +146,16 @@ def main(argv=None):
     rows = lever_rows(named, args.reference)
     print(markdown(rows))
     if args.out:
-        Path(args.out).write_text(json.dumps({
-            "command": "python -m benchmarks.levers " + shlex.join(argv if argv is not None else sys.argv[1:]),
-            "rows": rows}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "command": "python -m benchmarks.levers " + shlex.join(argv if argv is not None else sys.argv[1:]),
+                    "rows": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return rows
 
 

@@ -46,9 +46,12 @@ def redrawn(src, layers):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a pretraining output folder (model.safetensors, config, tokenizer)")
-    parser.add_argument("--all_but_the_top", type=int, metavar="K",
-                        help="remove the embeddings' mean and top K principal components")
+    parser.add_argument(
+        "--model", required=True, help="a pretraining output folder (model.safetensors, config, tokenizer)"
+    )
+    parser.add_argument(
+        "--all_but_the_top", type=int, metavar="K", help="remove the embeddings' mean and top K principal components"
+    )
     parser.add_argument("--redraw_layers", type=int, nargs="+", metavar="I", help="layers (from 0) drawn afresh")
     parser.add_argument("--out", required=True, help="the new folder (must not exist)")
     args = parser.parse_args(argv)

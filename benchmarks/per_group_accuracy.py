@@ -73,19 +73,27 @@ def main(argv=None):
         if not name or not runs:
             raise SystemExit(f"--arm {spec}: needs NAME=GLOB matching run folders, matched {len(runs)}")
         arms[name] = runs
-    result = {"command": "python -m benchmarks.per_group_accuracy " + " ".join(
-        f"--arm {json.dumps(s)}" for s in a.arm) + (f" --validation_split_percentage {a.validation_split_percentage:g}"
-                                                    if a.validation_split_percentage else ""), "arms": {}}
+    result = {
+        "command": "python -m benchmarks.per_group_accuracy "
+        + " ".join(f"--arm {json.dumps(s)}" for s in a.arm)
+        + (
+            f" --validation_split_percentage {a.validation_split_percentage:g}" if a.validation_split_percentage else ""
+        ),
+        "arms": {},
+    }
     test = embedded_newsgroups()["test"] if arms else None
     groups = test.features["label"].names if arms else []
     for name, runs in arms.items():
         accuracy = per_group(runs, test)
-        result["arms"][name] = {"runs": runs, "per_group": {g: {"mean": float(np.mean(v)), "runs": v}
-                                                            for g, v in accuracy.items()}}
+        result["arms"][name] = {
+            "runs": runs,
+            "per_group": {g: {"mean": float(np.mean(v)), "runs": v} for g, v in accuracy.items()},
+        }
     if a.validation_split_percentage:
         held_out = validation_by_group(a.validation_split_percentage)
-        result["pretraining_validation"] = {g: {"spread": s, "last_documents": l, "pretraining_messages": m}
-                                            for g, (s, l, m) in held_out.items()}
+        result["pretraining_validation"] = {
+            g: {"spread": s, "last_documents": l, "pretraining_messages": m} for g, (s, l, m) in held_out.items()
+        }
         groups = groups or list(result["pretraining_validation"])
     header = ["group"] + list(arms) + (["held out: spread / last / of"] if a.validation_split_percentage else [])
     print(" | ".join(header))

@@ -42,11 +42,20 @@ def blocked_tile_fraction(perm_mask: torch.Tensor, mem_len: int, tile: int) -> f
 def collator_perm_mask(cfg: dict, seed: int = 0) -> torch.Tensor:
     """perm_mask of one pretraining-collator batch at cfg's shapes (B, T, P, reuse), on synthetic token ids."""
     batch = bench_model.make_batch(cfg, seed=seed)
-    collator = DataCollatorForXLNetPretraining(tokenizer=bench_model._Tok(cfg["vocab_size"]),
-                                               plm_probability=cfg["num_predict"] / cfg["seq_len"],
-                                               reuse_len=cfg["reuse_len"], seed=seed)
-    examples = [dict(input_ids=batch["input_ids"][b].numpy(), token_type_ids=batch["token_type_ids"][b].numpy(),
-                     is_reversed=False) for b in range(cfg["batch"])]
+    collator = DataCollatorForXLNetPretraining(
+        tokenizer=bench_model._Tok(cfg["vocab_size"]),
+        plm_probability=cfg["num_predict"] / cfg["seq_len"],
+        reuse_len=cfg["reuse_len"],
+        seed=seed,
+    )
+    examples = [
+        dict(
+            input_ids=batch["input_ids"][b].numpy(),
+            token_type_ids=batch["token_type_ids"][b].numpy(),
+            is_reversed=False,
+        )
+        for b in range(cfg["batch"])
+    ]
     return collator(examples)["perm_mask"]
 
 
@@ -57,16 +66,26 @@ def main(argv=None):
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     cfg = dict(CONFIGS["base"], batch=args.batch)
-    masks = {"pretraining collator": collator_perm_mask(cfg),
-             "bench_gpu's random factorization masks": bench_model.make_batch(cfg)["perm_mask"]}
+    masks = {
+        "pretraining collator": collator_perm_mask(cfg),
+        "bench_gpu's random factorization masks": bench_model.make_batch(cfg)["perm_mask"],
+    }
     rows = []
     for name, perm_mask in masks.items():
         blocked_scores = content_stream_blocked(perm_mask, cfg["mem_len"]).float().mean().item()
         for tile in args.tiles:
-            rows.append(dict(masks=name, tile=tile, blocked_scores=blocked_scores,
-                             blocked_tiles=blocked_tile_fraction(perm_mask, cfg["mem_len"], tile)))
-            print(f"{name}, {tile}x{tile} tiles: {rows[-1]['blocked_tiles']:.1%} blocked whole "
-                  f"({rows[-1]['blocked_scores']:.1%} of the scores blocked)")
+            rows.append(
+                dict(
+                    masks=name,
+                    tile=tile,
+                    blocked_scores=blocked_scores,
+                    blocked_tiles=blocked_tile_fraction(perm_mask, cfg["mem_len"], tile),
+                )
+            )
+            print(
+                f"{name}, {tile}x{tile} tiles: {rows[-1]['blocked_tiles']:.1%} blocked whole "
+                f"({rows[-1]['blocked_scores']:.1%} of the scores blocked)"
+            )
     if args.out:
         command = " ".join(["python -m benchmarks.perm_mask_tiles", *(sys.argv[1:] if argv is None else argv)])
         shapes = {k: cfg[k] for k in ("batch", "seq_len", "mem_len", "reuse_len", "num_predict")}

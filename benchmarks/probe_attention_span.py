@@ -25,8 +25,12 @@ LAST = 8
 @torch.no_grad()
 def attention_span(model, enc) -> list[dict]:
     """Per layer: <cls> attention entropy and its share on the last LAST tokens."""
-    out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], token_type_ids=enc["token_type_ids"],
-                output_attentions=True)
+    out = model(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        token_type_ids=enc["token_type_ids"],
+        output_attentions=True,
+    )
     rows = []
     for attention in out.attentions:  # (B, N, T, K)
         cls = attention[:, :, -1, :].float()  # (B, N, K): what <cls> attends to
@@ -43,22 +47,35 @@ def main(argv=None):
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     texts = list(load_splits(embedded_task="newsgroups")["validation"].data["sentence"][: args.messages])
-    results = {"command": "python -m benchmarks.probe_attention_span " + " ".join(sys.argv[1:] if argv is None else argv),
-               "environment": environment(), "messages": len(texts)}
+    results = {
+        "command": "python -m benchmarks.probe_attention_span " + " ".join(sys.argv[1:] if argv is None else argv),
+        "environment": environment(),
+        "messages": len(texts),
+    }
     for path in args.model:
         tokenizer = load_tokenizer(path)
         tokenizer.padding_side = "left"
         enc = tokenizer(texts, truncation=True, max_length=args.max_seq_length, padding=True, return_tensors="pt")
         torch.manual_seed(0)
         config = xlnet_lite.XLNetLiteConfig.from_pretrained(path)
-        models = {"random_init": xlnet_lite.XLNetLiteModel(config),
-                  "pretrained": xlnet_lite.XLNetLiteModel.from_pretrained(path)}
+        models = {
+            "random_init": xlnet_lite.XLNetLiteModel(config),
+            "pretrained": xlnet_lite.XLNetLiteModel.from_pretrained(path),
+        }
         uniform = enc["attention_mask"].sum(1).float().log().mean().item()
-        results[path] = {"uniform_entropy": uniform, "uniform_share_on_last": LAST / enc["attention_mask"].sum(1).float().mean().item(),
-                         **{name: attention_span(m.eval(), enc) for name, m in models.items()}}
+        results[path] = {
+            "uniform_entropy": uniform,
+            "uniform_share_on_last": LAST / enc["attention_mask"].sum(1).float().mean().item(),
+            **{name: attention_span(m.eval(), enc) for name, m in models.items()},
+        }
         for name in models:
-            print(path, name, [f"{r['cls_entropy']:.2f}/{r[f'cls_share_on_last_{LAST}']:.2f}" for r in results[path][name]],
-                  f"(uniform {uniform:.2f}/{results[path]['uniform_share_on_last']:.2f})", flush=True)
+            print(
+                path,
+                name,
+                [f"{r['cls_entropy']:.2f}/{r[f'cls_share_on_last_{LAST}']:.2f}" for r in results[path][name]],
+                f"(uniform {uniform:.2f}/{results[path]['uniform_share_on_last']:.2f})",
+                flush=True,
+            )
     if args.out:
         write_json(args.out, results)
     return results

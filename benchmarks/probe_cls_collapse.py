@@ -28,8 +28,11 @@ def stats(vectors):
     cosine = ((unit @ unit.T).sum() - n) / (n * (n - 1))
     centered = v - v.mean(0)
     s = torch.linalg.svdvals(centered) ** 2
-    return {"mean_pairwise_cosine": float(cosine), "top_component_variance_share": float(s[0] / s.sum()),
-            "mean_norm": float(v.norm(dim=-1).mean())}
+    return {
+        "mean_pairwise_cosine": float(cosine),
+        "top_component_variance_share": float(s[0] / s.sum()),
+        "mean_norm": float(v.norm(dim=-1).mean()),
+    }
 
 
 @torch.no_grad()
@@ -65,7 +68,9 @@ def main():
     tokenizer = load_tokenizer(args.xlnet[0])
     torch.manual_seed(0)
     config = xlnet_lite.XLNetLiteConfig.from_pretrained(args.xlnet[0])
-    results["random_init"] = stats(xlnet_features(xlnet_lite.XLNetLiteModel(config).eval(), tokenizer, texts, args.max_seq_length))
+    results["random_init"] = stats(
+        xlnet_features(xlnet_lite.XLNetLiteModel(config).eval(), tokenizer, texts, args.max_seq_length)
+    )
     for path in args.xlnet:
         model = xlnet_lite.XLNetLiteModel.from_pretrained(path).eval()
         results[path] = stats(xlnet_features(model, load_tokenizer(path), texts, args.max_seq_length))

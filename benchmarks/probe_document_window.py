@@ -34,7 +34,7 @@ def window_ids(ids: list[int], window: str, *, max_seq_length: int, mem_len: int
     if window == "last_segment":
         return ids[last_start:]
     if window == "last_segment_and_memory":
-        return ids[max(0, last_start - mem_len):]
+        return ids[max(0, last_start - mem_len) :]
     if window == "whole":
         return ids
     raise ValueError(f"unknown window {window!r}; choose from {WINDOWS}")
@@ -44,8 +44,10 @@ def token_ids(splits, tokenizer):
     """Each split's texts as token ids, <sep> <cls> included: split name -> list of id lists."""
     from xlnet_lite.classification_data import text_columns
 
-    return {name: tokenizer(list(split.data[text_columns(split)[0]]), add_special_tokens=True)["input_ids"]
-            for name, split in splits.items()}
+    return {
+        name: tokenizer(list(split.data[text_columns(split)[0]]), add_special_tokens=True)["input_ids"]
+        for name, split in splits.items()
+    }
 
 
 def message_lengths(ids) -> dict:
@@ -53,9 +55,14 @@ def message_lengths(ids) -> dict:
     that the first N tokens hold whole, for each N in WHOLE_AT."""
     import statistics
 
-    return {name: dict(messages=len(x), median_tokens=statistics.median(len(i) for i in x),
-                       whole_within={n: sum(len(i) <= n for i in x) / len(x) for n in WHOLE_AT})
-            for name, x in ids.items()}
+    return {
+        name: dict(
+            messages=len(x),
+            median_tokens=statistics.median(len(i) for i in x),
+            whole_within={n: sum(len(i) <= n for i in x) / len(x) for n in WHOLE_AT},
+        )
+        for name, x in ids.items()
+    }
 
 
 def cut_splits(splits, ids, tokenizer, window: str, *, max_seq_length: int, mem_len: int):
@@ -65,8 +72,10 @@ def cut_splits(splits, ids, tokenizer, window: str, *, max_seq_length: int, mem_
     out = {}
     for name, split in splits.items():
         column, _ = text_columns(split)
-        texts = tokenizer.batch_decode([window_ids(x, window, max_seq_length=max_seq_length, mem_len=mem_len)
-                                        for x in ids[name]], skip_special_tokens=True)
+        texts = tokenizer.batch_decode(
+            [window_ids(x, window, max_seq_length=max_seq_length, mem_len=mem_len) for x in ids[name]],
+            skip_special_tokens=True,
+        )
         out[name] = Split(split.data.remove_columns(column).add_column(column, texts), f"{split.source} ({window})")
     return out
 
@@ -76,8 +85,9 @@ def main(argv=None):
     from xlnet_lite import load_tokenizer
     from xlnet_lite.classification_data import first_per_class, load_splits
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.probe_document_window",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.probe_document_window", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--tokenizer", required=True, help="A pretraining output folder (its tokenizer).")
     parser.add_argument("--labels_per_class", default="50", help="A number, or 'all'.")
     parser.add_argument("--windows", nargs="*", choices=WINDOWS, default=list(WINDOWS))
@@ -101,11 +111,20 @@ def main(argv=None):
         cut = cut_splits(splits, ids, tokenizer, window, max_seq_length=args.max_seq_length, mem_len=args.mem_len)
         result = tfidf_baseline(cut)
         rows[window] = {k: result[k] for k in ("validation_accuracy", "test_accuracy", "best_C", "wall_time_s")}
-        print(f"{window:<26} validation {result['validation_accuracy']:.3f}  test {result['test_accuracy']:.3f}",
-              flush=True)
-    report = dict(task="newsgroups", labels_per_class=args.labels_per_class, train_examples=len(splits["train"].data),
-                  max_seq_length=args.max_seq_length, mem_len=args.mem_len, tokenizer=args.tokenizer, windows=rows,
-                  message_lengths=lengths)
+        print(
+            f"{window:<26} validation {result['validation_accuracy']:.3f}  test {result['test_accuracy']:.3f}",
+            flush=True,
+        )
+    report = dict(
+        task="newsgroups",
+        labels_per_class=args.labels_per_class,
+        train_examples=len(splits["train"].data),
+        max_seq_length=args.max_seq_length,
+        mem_len=args.mem_len,
+        tokenizer=args.tokenizer,
+        windows=rows,
+        message_lengths=lengths,
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

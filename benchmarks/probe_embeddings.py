@@ -31,10 +31,15 @@ def embedding_stats(weight: torch.Tensor, pairs: int = 20000) -> dict:
     keep = i != j
     shares = torch.linalg.svdvals(weight - weight.mean(0)) ** 2
     shares = shares / shares.sum()
-    return {"tokens": len(weight), "norm_mean": norms.mean().item(), "norm_std": norms.std().item(),
-            "mean_vector_norm": weight.mean(0).norm().item(),
-            "mean_pair_cosine": (unit[i[keep]] * unit[j[keep]]).sum(1).mean().item(),
-            "top1_variance_share": shares[0].item(), "top10_variance_share": shares[:10].sum().item()}
+    return {
+        "tokens": len(weight),
+        "norm_mean": norms.mean().item(),
+        "norm_std": norms.std().item(),
+        "mean_vector_norm": weight.mean(0).norm().item(),
+        "mean_pair_cosine": (unit[i[keep]] * unit[j[keep]]).sum(1).mean().item(),
+        "top1_variance_share": shares[0].item(),
+        "top10_variance_share": shares[:10].sum().item(),
+    }
 
 
 def main(argv=None):
@@ -49,12 +54,23 @@ def main(argv=None):
     print("| model | norm (mean ± std) | mean vector norm | mean pair cosine | top-1 PC share | top-10 PC share |")
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():
-        print(f"| {name} | {r['norm_mean']:.3f} ± {r['norm_std']:.3f} | {r['mean_vector_norm']:.3f} | "
-              f"{r['mean_pair_cosine']:.3f} | {r['top1_variance_share']:.3f} | {r['top10_variance_share']:.3f} |")
+        print(
+            f"| {name} | {r['norm_mean']:.3f} ± {r['norm_std']:.3f} | {r['mean_vector_norm']:.3f} | "
+            f"{r['mean_pair_cosine']:.3f} | {r['top1_variance_share']:.3f} | {r['top10_variance_share']:.3f} |"
+        )
     if args.out:
-        Path(args.out).write_text(json.dumps({
-            "command": "python -m benchmarks.probe_embeddings " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "environment": environment(), "models": rows}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "command": "python -m benchmarks.probe_embeddings "
+                    + " ".join(argv if argv is not None else sys.argv[1:]),
+                    "environment": environment(),
+                    "models": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return rows
 
 

@@ -28,9 +28,15 @@ def layer_features(model, tokenizer, texts, *, max_len, batch_size=64):
     tokenizer.padding_side = "left"
     out = {}
     for i in range(0, len(texts), batch_size):
-        enc = tokenizer(texts[i:i + batch_size], truncation=True, max_length=max_len, padding=True, return_tensors="pt")
-        hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                       token_type_ids=enc["token_type_ids"], output_hidden_states=True).hidden_states
+        enc = tokenizer(
+            texts[i : i + batch_size], truncation=True, max_length=max_len, padding=True, return_tensors="pt"
+        )
+        hidden = model(
+            input_ids=enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            token_type_ids=enc["token_type_ids"],
+            output_hidden_states=True,
+        ).hidden_states
         keep = enc["attention_mask"].unsqueeze(-1).float()  # (B, T, 1)
         for layer, h in enumerate(hidden):
             out.setdefault(("cls", layer), []).append(h[:, -1])
@@ -43,8 +49,12 @@ def probe(train_x, train_y, valid_x, valid_y):
     from sklearn.preprocessing import StandardScaler
 
     scaler = StandardScaler().fit(train_x)
-    return max(LogisticRegression(C=c, max_iter=3000).fit(scaler.transform(train_x), train_y)
-               .score(scaler.transform(valid_x), valid_y) for c in C_GRID)
+    return max(
+        LogisticRegression(C=c, max_iter=3000)
+        .fit(scaler.transform(train_x), train_y)
+        .score(scaler.transform(valid_x), valid_y)
+        for c in C_GRID
+    )
 
 
 def main(argv=None):
@@ -58,17 +68,26 @@ def main(argv=None):
     train, valid = first_per_class(splits["train"], args.labels_per_class).data, splits["validation"].data
     tokenizer = load_tokenizer(args.model)
     torch.manual_seed(0)
-    models = {"random_init": xlnet_lite.XLNetLiteModel(xlnet_lite.XLNetLiteConfig.from_pretrained(args.model)),
-              "pretrained": xlnet_lite.XLNetLiteModel.from_pretrained(args.model)}
-    results = {"command": "python -m benchmarks.probe_layers " + " ".join(sys.argv[1:] if argv is None else argv),
-               "environment": environment(), "train_examples": len(train), "validation_examples": len(valid)}
+    models = {
+        "random_init": xlnet_lite.XLNetLiteModel(xlnet_lite.XLNetLiteConfig.from_pretrained(args.model)),
+        "pretrained": xlnet_lite.XLNetLiteModel.from_pretrained(args.model),
+    }
+    results = {
+        "command": "python -m benchmarks.probe_layers " + " ".join(sys.argv[1:] if argv is None else argv),
+        "environment": environment(),
+        "train_examples": len(train),
+        "validation_examples": len(valid),
+    }
     for name, model in models.items():
         model.eval()
         tr = layer_features(model, tokenizer, list(train["sentence"]), max_len=args.max_seq_length)
         va = layer_features(model, tokenizer, list(valid["sentence"]), max_len=args.max_seq_length)
-        results[name] = {f"{kind}_layer{layer}": probe(tr[(kind, layer)], np.asarray(train["label"]),
-                                                       va[(kind, layer)], np.asarray(valid["label"]))
-                         for kind, layer in tr}
+        results[name] = {
+            f"{kind}_layer{layer}": probe(
+                tr[(kind, layer)], np.asarray(train["label"]), va[(kind, layer)], np.asarray(valid["label"])
+            )
+            for kind, layer in tr
+        }
         print(name, {k: round(v, 3) for k, v in results[name].items()}, flush=True)
     if args.out:
         write_json(args.out, results)

@@ -31,7 +31,9 @@ def features(model, tokenizer, texts, *, cls_position, max_len, batch_size=64):
     tokenizer.padding_side = "left" if cls_position == -1 else "right"
     cls, mean = [], []
     for i in range(0, len(texts), batch_size):
-        enc = tokenizer(texts[i:i + batch_size], truncation=True, max_length=max_len, padding=True, return_tensors="pt")
+        enc = tokenizer(
+            texts[i : i + batch_size], truncation=True, max_length=max_len, padding=True, return_tensors="pt"
+        )
         inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
         if cls_position == -1:  # XLNet: segment ids mark <cls> as its own segment
             inputs["token_type_ids"] = enc["token_type_ids"]
@@ -59,35 +61,44 @@ def probe(feats, labels):
 
 
 def probe_model(model, tokenizer, data, *, cls_position, max_len):
-    per_split = {s: features(model, tokenizer, list(data[s]["sentence"]), cls_position=cls_position, max_len=max_len)
-                 for s in SPLITS}
+    per_split = {
+        s: features(model, tokenizer, list(data[s]["sentence"]), cls_position=cls_position, max_len=max_len)
+        for s in SPLITS
+    }
     labels = {s: np.asarray(data[s]["label"]) for s in SPLITS}
     return {kind: probe({s: per_split[s][kind] for s in SPLITS}, labels) for kind in ("cls", "mean")}
 
 
 def main():
-    import xlnet_lite
     from transformers import BertModel
+
+    import xlnet_lite
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--xlnet", action="append", required=True, help="XLNet-Lite folder (repeatable).")
-    parser.add_argument("--bert", action="append", default=[], help="BERT folder from benchmarks.baselines.bert_mlm (repeatable).")
+    parser.add_argument(
+        "--bert", action="append", default=[], help="BERT folder from benchmarks.baselines.bert_mlm (repeatable)."
+    )
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     data = embedded_news_topics()
-    results = {"command": "python -m benchmarks.probe_linear " + " ".join(sys.argv[1:]),
-               "examples": {s: len(data[s]) for s in SPLITS}, "C_grid": C_GRID}
+    results = {
+        "command": "python -m benchmarks.probe_linear " + " ".join(sys.argv[1:]),
+        "examples": {s: len(data[s]) for s in SPLITS},
+        "C_grid": C_GRID,
+    }
     torch.manual_seed(0)
     config = xlnet_lite.XLNetLiteConfig.from_pretrained(args.xlnet[0])
     models = [("random_init", lambda: xlnet_lite.XLNetLiteModel(config), args.xlnet[0], -1)]
     models += [(p, lambda p=p: xlnet_lite.XLNetLiteModel.from_pretrained(p), p, -1) for p in args.xlnet]
     models += [(p, lambda p=p: BertModel.from_pretrained(p, add_pooling_layer=False), p, 0) for p in args.bert]
     for name, make, tokenizer_path, cls_position in models:
-        results[name] = probe_model(make().eval(), load_tokenizer(tokenizer_path), data, cls_position=cls_position,
-                                    max_len=args.max_seq_length)
+        results[name] = probe_model(
+            make().eval(), load_tokenizer(tokenizer_path), data, cls_position=cls_position, max_len=args.max_seq_length
+        )
         print(name, {k: round(v["test_accuracy"], 3) for k, v in results[name].items()}, flush=True)
     if args.out:
         write_json(args.out, results)

@@ -31,7 +31,7 @@ BASE = dict(lr=3e-4, warmup=100, dropout=0.0, adam_epsilon=1e-8, max_span_length
 
 
 def parse_variant(text: str) -> dict:
-    """"lr=3e-3,dropout=0" -> {"lr": 0.003, "dropout": 0.0}; unknown keys are an error."""
+    """ "lr=3e-3,dropout=0" -> {"lr": 0.003, "dropout": 0.0}; unknown keys are an error."""
     overrides = {}
     for item in filter(None, text.split(",") if text != "base" else []):
         key, sep, value = item.partition("=")
@@ -45,19 +45,29 @@ def run_variant(name, settings, args, tokenizer, texts):
     torch.manual_seed(args.seed)
     reuse = args.seq_len // 2
     stream = PretrainingStream(texts, tokenizer, batch_size=args.batch_size, seq_len=args.seq_len, reuse_len=reuse)
-    collator = DataCollatorForXLNetPretraining(tokenizer, reuse_len=reuse, seed=args.seed,
-                                               max_span_length=settings["max_span_length"])
-    config = XLNetLiteConfig(vocab_size=len(tokenizer), d_model=args.d_model, n_layer=args.n_layer,
-                             n_head=max(1, args.d_model // 64), d_inner=4 * args.d_model, mem_len=reuse,
-                             reuse_len=reuse, dropout=settings["dropout"])
+    collator = DataCollatorForXLNetPretraining(
+        tokenizer, reuse_len=reuse, seed=args.seed, max_span_length=settings["max_span_length"]
+    )
+    config = XLNetLiteConfig(
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        n_layer=args.n_layer,
+        n_head=max(1, args.d_model // 64),
+        d_inner=4 * args.d_model,
+        mem_len=reuse,
+        reuse_len=reuse,
+        dropout=settings["dropout"],
+    )
     model = XLNetLiteLMHeadModel(config).train()
     log_prior = unigram_log_probs(stream.token_counts(minlength=config.vocab_size), config.vocab_size)
     init_lm_bias_at_unigram(model, log_prior)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], eps=settings["adam_epsilon"],
-                                  weight_decay=0.01)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings["lr"], eps=settings["adam_epsilon"], weight_decay=0.01
+    )
     warmup, horizon = settings["warmup"], max(args.steps, args.schedule_steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: min((i + 1) / warmup, max(0.0, (horizon - i) / max(1, horizon - warmup))))
+        optimizer, lambda i: min((i + 1) / warmup, max(0.0, (horizon - i) / max(1, horizon - warmup)))
+    )
     mems, gaps, curve, start = None, [], [], time.perf_counter()
     for step in range(1, args.steps + 1):
         batch = collator(stream.next_batch())
@@ -75,9 +85,12 @@ def run_variant(name, settings, args, tokenizer, texts):
         labels = batch["labels"][batch["labels"] >= 0].numpy()
         gaps.append(out.loss.item() + log_prior[labels].mean())
         if step % args.every == 0:
-            curve.append({"step": step, "loss_minus_unigram": round(float(np.mean(gaps[-args.every:])), 4)})
-            print(f"{name:20s} step {step:5d}  loss - unigram {curve[-1]['loss_minus_unigram']:+.4f}  "
-                  f"{time.perf_counter() - start:.0f}s", flush=True)
+            curve.append({"step": step, "loss_minus_unigram": round(float(np.mean(gaps[-args.every :])), 4)})
+            print(
+                f"{name:20s} step {step:5d}  loss - unigram {curve[-1]['loss_minus_unigram']:+.4f}  "
+                f"{time.perf_counter() - start:.0f}s",
+                flush=True,
+            )
     return {"settings": settings, "curve": curve, "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -85,8 +98,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", action="append", help="key=value[,key=value]; repeatable; default: BASE")
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--schedule_steps", type=int, default=1000,
-                        help="linear decay reaches 0 here (the recipe's max_steps), so a short probe sees its first steps")
+    parser.add_argument(
+        "--schedule_steps",
+        type=int,
+        default=1000,
+        help="linear decay reaches 0 here (the recipe's max_steps), so a short probe sees its first steps",
+    )
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--d_model", type=int, default=256)
     parser.add_argument("--n_layer", type=int, default=4)

@@ -29,10 +29,19 @@ def pieces_per_word(tokenizer, messages):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokenizers", nargs="+", required=True, metavar="NAME=DIR",
-                        help="tokenizer folders (a pretrained model's folder or its tokenizer/), each named")
-    parser.add_argument("--first_documents", type=int, default=2000,
-                        help="the groups among the file's first N training messages are reported apart")
+    parser.add_argument(
+        "--tokenizers",
+        nargs="+",
+        required=True,
+        metavar="NAME=DIR",
+        help="tokenizer folders (a pretrained model's folder or its tokenizer/), each named",
+    )
+    parser.add_argument(
+        "--first_documents",
+        type=int,
+        default=2000,
+        help="the groups among the file's first N training messages are reported apart",
+    )
     parser.add_argument("--out", help="write the result as JSON here")
     args = parser.parse_args(argv)
     tokenizers = {}
@@ -43,8 +52,12 @@ def main(argv=None):
         tokenizers[name] = load_tokenizer(path)
     messages = embedded_newsgroups_messages("train")
     first = collections.Counter(label for label, _ in messages[: args.first_documents])
-    result = {"first_documents": args.first_documents, "groups_in_first_documents": dict(first.most_common()),
-              "tokenizers": {}, "environment": environment()}
+    result = {
+        "first_documents": args.first_documents,
+        "groups_in_first_documents": dict(first.most_common()),
+        "tokenizers": {},
+        "environment": environment(),
+    }
     for name, tokenizer in tokenizers.items():
         by_group = pieces_per_word(tokenizer, messages)
         seen = [v for g, v in by_group.items() if g in first]
@@ -55,9 +68,11 @@ def main(argv=None):
             "pieces_per_word_other_groups": statistics.mean(unseen) if unseen else None,
             "pieces_per_word_by_group": by_group,
         }
-        print(f"{name}: {len(tokenizer)} pieces; pieces per word {statistics.mean(seen):.3f} in the "
-              f"{len(seen)} groups of the first {args.first_documents} messages"
-              + (f", {statistics.mean(unseen):.3f} in the other {len(unseen)}" if unseen else ""))
+        print(
+            f"{name}: {len(tokenizer)} pieces; pieces per word {statistics.mean(seen):.3f} in the "
+            f"{len(seen)} groups of the first {args.first_documents} messages"
+            + (f", {statistics.mean(unseen):.3f} in the other {len(unseen)}" if unseen else "")
+        )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return result

@@ -30,8 +30,16 @@ def window_rows(tokenizer, split, *, max_len: int, max_windows: int):
     from xlnet_lite.classification_data import Split, read_labels, tokenize_split
 
     split = Split(split, "the probe's split")
-    dataset = tokenize_split(split, tokenizer, read_labels(split), split.source, max_len=max_len, mode="windows",
-                             max_samples=None, max_windows=max_windows)
+    dataset = tokenize_split(
+        split,
+        tokenizer,
+        read_labels(split),
+        split.source,
+        max_len=max_len,
+        mode="windows",
+        max_samples=None,
+        max_windows=max_windows,
+    )
     owner = np.array(dataset["text_index"])
     position = np.arange(len(owner)) - np.searchsorted(owner, owner)  # rows of a text are consecutive
     return dataset, owner, position
@@ -48,8 +56,11 @@ def window_log_probs(model, tokenizer, dataset, *, max_len: int, batch_size: int
     out = np.zeros((len(dataset), model.config.num_labels), dtype=np.float32)
     for batch in loader:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           token_type_ids=batch["token_type_ids"]).logits.float()
+            logits = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                token_type_ids=batch["token_type_ids"],
+            ).logits.float()
         out[batch["index"].numpy()] = torch.log_softmax(logits, -1).numpy()
     return out
 
@@ -65,8 +76,13 @@ def probe(model_dir, split, *, max_len, max_windows, batch_size, bf16):
     labels, n_texts = np.array(split["label"]), len(split)
     start = time.perf_counter()
     log_probs = window_log_probs(model, tokenizer, dataset, max_len=max_len, batch_size=batch_size, bf16=bf16)
-    result = {"model": str(model_dir), "messages": n_texts, "windows": len(dataset), "seconds": round(time.perf_counter() - start, 1),
-              "first_window": float((log_probs[position == 0].argmax(-1) == labels).mean())}
+    result = {
+        "model": str(model_dir),
+        "messages": n_texts,
+        "windows": len(dataset),
+        "seconds": round(time.perf_counter() - start, 1),
+        "first_window": float((log_probs[position == 0].argmax(-1) == labels).mean()),
+    }
     from xlnet_lite.classification_data import pool_windows
 
     for cap in sorted({2, 4, max_windows}):
@@ -79,7 +95,9 @@ def probe(model_dir, split, *, max_len, max_windows, batch_size, bf16):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.probe_window_average", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.probe_window_average", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("models", nargs="+", help="Finetuned XLNet-Lite classifier folders.")
     parser.add_argument("--embedded_task", default="newsgroups")
     parser.add_argument("--split", default="test")
@@ -98,16 +116,28 @@ def main(argv=None):
 
     split = load_splits(embedded_task=args.embedded_task)[args.split].data
     bf16 = fast_bf16("cpu")[0]
-    results = [probe(m, split, max_len=args.max_seq_length, max_windows=args.max_windows,
-                     batch_size=args.batch_size, bf16=bf16) for m in args.models]
+    results = [
+        probe(
+            m, split, max_len=args.max_seq_length, max_windows=args.max_windows, batch_size=args.batch_size, bf16=bf16
+        )
+        for m in args.models
+    ]
     for r in results:
         print(json.dumps(r))
     if args.out:
         from xlnet_lite.training import write_json
 
-        write_json(args.out, {"command": "python -m benchmarks.probe_window_average " + " ".join(argv if argv is not None else sys.argv[1:]),
-                              "environment": environment(), "precision": "bf16" if bf16 else "fp32", "args": vars(args),
-                              "results": results})
+        write_json(
+            args.out,
+            {
+                "command": "python -m benchmarks.probe_window_average "
+                + " ".join(argv if argv is not None else sys.argv[1:]),
+                "environment": environment(),
+                "precision": "bf16" if bf16 else "fp32",
+                "args": vars(args),
+                "results": results,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ def main(argv=None):
         parser.error("needs a CUDA device (torch.cuda.is_available() is False)")
     torch.backends.cuda.matmul.allow_tf32 = True
     device = torch.device("cuda")
-    variant = bench_gpu.to_gpu(bench_gpu.build(bench_gpu.CONFIGS[args.config], [args.variant])[args.variant],
-                               device)
+    variant = bench_gpu.to_gpu(bench_gpu.build(bench_gpu.CONFIGS[args.config], [args.variant])[args.variant], device)
     for _ in range(args.steps):
         variant.train_step()
     torch.cuda.synchronize()

@@ -26,7 +26,10 @@ import tempfile
 from pathlib import Path
 
 DOC = Path("benchmarks/RESULTS.md")
-GENERATED = {"levers": Path("benchmarks/results/levers.json"), "compute_curve": Path("benchmarks/results/compute_curve.json")}
+GENERATED = {
+    "levers": Path("benchmarks/results/levers.json"),
+    "compute_curve": Path("benchmarks/results/compute_curve.json"),
+}
 
 
 def markdown_tables(text):
@@ -72,7 +75,11 @@ def differing_tables(doc, tables):
 def with_lever(argv, arm):
     """benchmarks.levers arguments with one more NAME=FILE arm, after the others."""
     argv = list(argv)
-    at = argv.index("--reference") if "--reference" in argv else next(i for i, a in enumerate(argv) if a.startswith("--"))
+    at = (
+        argv.index("--reference")
+        if "--reference" in argv
+        else next(i for i, a in enumerate(argv) if a.startswith("--"))
+    )
     argv.insert(at, arm)
     return argv
 
@@ -121,8 +128,12 @@ def run_module(module, argv, outputs_to=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="Rerun the commands as recorded and replace the tables.")
-    parser.add_argument("--lever", action="append", default=[], metavar="NAME=FILE", help="Add an arm to the every-arm table.")
-    parser.add_argument("--curve", action="append", default=[], metavar="SERIES=FILE", help="Add a file to a compute-curve line.")
+    parser.add_argument(
+        "--lever", action="append", default=[], metavar="NAME=FILE", help="Add an arm to the every-arm table."
+    )
+    parser.add_argument(
+        "--curve", action="append", default=[], metavar="SERIES=FILE", help="Add a file to a compute-curve line."
+    )
     parser.add_argument("--doc", type=Path, default=DOC, help="The results document (default benchmarks/RESULTS.md).")
     args = parser.parse_args(argv)
     if (args.lever or args.curve) and not args.write:
@@ -153,8 +164,11 @@ def main(argv=None):
     doc = args.doc.read_text()
     try:  # every command first with its outputs in a scratch folder: a failing one leaves no file half rewritten
         with tempfile.TemporaryDirectory() as scratch:
-            tables = [table for module, margv in commands.values()
-                      for table in markdown_tables(run_module(module, margv, outputs_to=scratch))]
+            tables = [
+                table
+                for module, margv in commands.values()
+                for table in markdown_tables(run_module(module, margv, outputs_to=scratch))
+            ]
         stale = differing_tables(doc, tables)
     except (RuntimeError, ValueError) as error:
         print(f"results_tables.py: error: {error}", file=sys.stderr)

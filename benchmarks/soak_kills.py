@@ -31,18 +31,54 @@ def make_corpus(folder: Path):
 
 
 def command(corpus: Path, out: Path, steps: int):
-    return [sys.executable, SCRIPT, "--model_size", "tiny", "--train_file", str(corpus / "train.txt"),
-            "--validation_file", str(corpus / "valid.txt"), "--vocab_size", "500", "--tokenizer_train_documents", "60",
-            "--seq_len", "64", "--reuse_len", "32", "--mem_len", "48", "--per_device_train_batch_size", "4",
-            "--per_device_eval_batch_size", "4", "--eval_batches", "2", "--max_steps", str(steps), "--eval_steps", "20",
-            "--logging_steps", "1", "--checkpointing_steps", "5", "--num_warmup_steps", "5", "--output_dir", str(out),
-            "--resume_from_checkpoint", "latest"]
+    return [
+        sys.executable,
+        SCRIPT,
+        "--model_size",
+        "tiny",
+        "--train_file",
+        str(corpus / "train.txt"),
+        "--validation_file",
+        str(corpus / "valid.txt"),
+        "--vocab_size",
+        "500",
+        "--tokenizer_train_documents",
+        "60",
+        "--seq_len",
+        "64",
+        "--reuse_len",
+        "32",
+        "--mem_len",
+        "48",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--eval_batches",
+        "2",
+        "--max_steps",
+        str(steps),
+        "--eval_steps",
+        "20",
+        "--logging_steps",
+        "1",
+        "--checkpointing_steps",
+        "5",
+        "--num_warmup_steps",
+        "5",
+        "--output_dir",
+        str(out),
+        "--resume_from_checkpoint",
+        "latest",
+    ]
 
 
 def outcome(out: Path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"losses": [(r["step"], r.get("loss"), r.get("eval_loss")) for r in records],
-            "model": (out / "model.safetensors").read_bytes()}
+    return {
+        "losses": [(r["step"], r.get("loss"), r.get("eval_loss")) for r in records],
+        "model": (out / "model.safetensors").read_bytes(),
+    }
 
 
 def main():
@@ -63,8 +99,13 @@ def main():
         kills = []
         while len(kills) < args.kills:
             delay = rng.uniform(1.0, 0.6 * full)  # start-up, tokenizer, steps, checkpoints: anywhere
-            proc = subprocess.Popen(command(tmp, tmp / "killed", args.steps), env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                command(tmp, tmp / "killed", args.steps),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             try:
                 proc.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -88,12 +129,15 @@ def main():
             "kills": kills,
             "same_losses_and_history": straight["losses"] == killed["losses"],
             "same_final_weights_bytes": straight["model"] == killed["model"],
-            "steps_logged": sorted({s for s, loss, _ in killed["losses"] if loss is not None}) == list(range(1, args.steps + 1)),
+            "steps_logged": sorted({s for s, loss, _ in killed["losses"] if loss is not None})
+            == list(range(1, args.steps + 1)),
         }
     print(json.dumps(report, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if report["same_losses_and_history"] and report["same_final_weights_bytes"] and report["steps_logged"] else 1
+    return (
+        0 if report["same_losses_and_history"] and report["same_final_weights_bytes"] and report["steps_logged"] else 1
+    )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,12 @@ def kernels(tile, dtype):
     """(name, kernel, compile-time constants) of the four kernels with every term on."""
     flags = dict(HAS_SEG=True, HAS_MASK=True, PREC="ieee" if dtype == "fp32" else "tf32", HAS_DROPOUT=True)
     tiles = dict(BLOCK_M=tile, BLOCK_N=tile, BLOCK_D=64, BAND=True, **flags)
-    return [("forward", ta._attn_fwd, tiles), ("dk_dv", ta._attn_bwd_dkdv, tiles), ("dq", ta._attn_bwd_dq, tiles),
-            ("dkr", ta._attn_bwd_dkr, dict(BLOCK=tile, BLOCK_D=64, **flags))]
+    return [
+        ("forward", ta._attn_fwd, tiles),
+        ("dk_dv", ta._attn_bwd_dkdv, tiles),
+        ("dq", ta._attn_bwd_dq, tiles),
+        ("dkr", ta._attn_bwd_dkr, dict(BLOCK=tile, BLOCK_D=64, **flags)),
+    ]
 
 
 def ptxas(ptx, arch):
@@ -75,21 +79,27 @@ def ptxas(ptx, arch):
     gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
     for name in ("ptxas", "ptxas-blackwell"):  # the second takes the newer PTX versions some Triton builds emit
         binary = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-        out = subprocess.run([binary, "-v", "--gpu-name", gpu, f.name, "-o", os.devnull], capture_output=True,
-                             text=True)
+        out = subprocess.run(
+            [binary, "-v", "--gpu-name", gpu, f.name, "-o", os.devnull], capture_output=True, text=True
+        )
         if out.returncode == 0:
             break
     os.unlink(f.name)
     text = out.stdout + out.stderr
     number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, text)) else None  # noqa: E731
-    return dict(registers=number(r"Used (\d+) registers"), spill_stores=number(r"(\d+) bytes spill stores"),
-                spill_loads=number(r"(\d+) bytes spill loads"), ptxas_returncode=out.returncode)
+    return dict(
+        registers=number(r"Used (\d+) registers"),
+        spill_stores=number(r"(\d+) bytes spill stores"),
+        spill_loads=number(r"(\d+) bytes spill loads"),
+        ptxas_returncode=out.returncode,
+    )
 
 
 def measure(kernel, dtype, constants, arch, warps, stages):
     source = ASTSource(kernel, signature(kernel, dtype), constexprs=constants)
-    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=warps, num_stages=stages))
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)
+    )
     return dict(shared_bytes=compiled.metadata.shared, **ptxas(compiled.asm["ptx"], arch))
 
 
@@ -104,21 +114,40 @@ def main(argv=None):
     args = parser.parse_args(argv)
     limit = SHARED_LIMIT.get(args.arch)
     rows = []
-    print(f"{'dtype':<5} {'kernel':<8} {'tile':>4} {'warps':>5} {'stages':>6} {'shared KiB':>10} {'fits':>5} "
-          f"{'regs':>5} {'spill st':>8} {'spill ld':>8}")
+    print(
+        f"{'dtype':<5} {'kernel':<8} {'tile':>4} {'warps':>5} {'stages':>6} {'shared KiB':>10} {'fits':>5} "
+        f"{'regs':>5} {'spill st':>8} {'spill ld':>8}"
+    )
     for dtype, tile, warps, stages in itertools.product(args.dtypes, args.tiles, args.warps, args.stages):
         for name, kernel, constants in kernels(tile, dtype):
-            row = dict(dtype=dtype, kernel=name, tile=tile, warps=warps, stages=stages,
-                       **measure(kernel, dtype, constants, args.arch, warps, stages))
+            row = dict(
+                dtype=dtype,
+                kernel=name,
+                tile=tile,
+                warps=warps,
+                stages=stages,
+                **measure(kernel, dtype, constants, args.arch, warps, stages),
+            )
             row["fits"] = None if limit is None else row["shared_bytes"] <= limit
             rows.append(row)
-            print(f"{dtype:<5} {name:<8} {tile:>4} {warps:>5} {stages:>6} {row['shared_bytes'] / 1024:10.1f} "
-                  f"{str(row['fits']):>5} {row['registers']!s:>5} {row['spill_stores']!s:>8} "
-                  f"{row['spill_loads']!s:>8}", flush=True)
+            print(
+                f"{dtype:<5} {name:<8} {tile:>4} {warps:>5} {stages:>6} {row['shared_bytes'] / 1024:10.1f} "
+                f"{str(row['fits']):>5} {row['registers']!s:>5} {row['spill_stores']!s:>8} "
+                f"{row['spill_loads']!s:>8}",
+                flush=True,
+            )
     command = "python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_json(args.out, dict(command=command,
-                              environment=environment(), triton=triton.__version__, arch=args.arch,
-                              shared_limit_bytes=limit, rows=rows))
+    write_json(
+        args.out,
+        dict(
+            command=command,
+            environment=environment(),
+            triton=triton.__version__,
+            arch=args.arch,
+            shared_limit_bytes=limit,
+            rows=rows,
+        ),
+    )
 
 
 if __name__ == "__main__":

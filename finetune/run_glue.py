@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig
 
 import xlnet_lite
+from xlnet_lite import training
 from xlnet_lite.classification_data import (
     EMBEDDED_TASKS,
     LONG_DOCUMENT_MODES,
@@ -50,23 +51,42 @@ from xlnet_lite.classification_data import (
     first_per_class,
     load_splits,
     make_loader,
-    read_labels,
     pool_windows,
+    read_labels,
     text_columns,
     text_labels,
     tokenize_split,
 )
 from xlnet_lite.glue_metrics import GLUE_TASKS, file_metrics, glue_metrics, primary_metric
-from xlnet_lite.model_utils import PRETRAINING_ONLY_FIELDS, load_model, model_from_config, read_segments, reinit_top_layers
+from xlnet_lite.model_utils import (
+    PRETRAINING_ONLY_FIELDS,
+    load_model,
+    model_from_config,
+    read_segments,
+    reinit_top_layers,
+)
 from xlnet_lite.tokenization_xlnet_lite import load_tokenizer
-from xlnet_lite import training
 
 DEFAULT_PRETRAINED = "outputs/pretrain"
-PRETRAIN_COMMAND = ("accelerate launch --cpu --num_processes 1 --num_machines 1 --dynamo_backend no "
-                    "pretrain/run_pretraining.py")
-OUTPUTS = ("config.json", "model.safetensors", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json",
-           "tokenizer_config.json", "special_tokens_map.json", "metrics.jsonl", "eval_results.json", "all_results.json",
-           "history.json", "predict_results.tsv", "training_curves.png", "runs")
+PRETRAIN_COMMAND = (
+    "accelerate launch --cpu --num_processes 1 --num_machines 1 --dynamo_backend no pretrain/run_pretraining.py"
+)
+OUTPUTS = (
+    "config.json",
+    "model.safetensors",
+    "modeling_xlnet_lite.py",
+    "configuration_xlnet_lite.py",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "metrics.jsonl",
+    "eval_results.json",
+    "all_results.json",
+    "history.json",
+    "predict_results.tsv",
+    "training_curves.png",
+    "runs",
+)
 
 
 @dataclass
@@ -74,44 +94,136 @@ class FinetuneArguments(training.RecipeArguments):
     """Sequence classification / regression finetuning (finetune/run_glue.py)."""
 
     # data
-    task_name: str | None = field(default=None, metadata={"help": "GLUE task, loaded from the Hub (nyu-mll/glue).", "choices": GLUE_TASKS})
-    train_file: str | None = field(default=None, metadata={"help": "CSV / TSV / JSON lines: `sentence` or `sentence1`+`sentence2`, and `label`."})
+    task_name: str | None = field(
+        default=None, metadata={"help": "GLUE task, loaded from the Hub (nyu-mll/glue).", "choices": GLUE_TASKS}
+    )
+    train_file: str | None = field(
+        default=None, metadata={"help": "CSV / TSV / JSON lines: `sentence` or `sentence1`+`sentence2`, and `label`."}
+    )
     validation_file: str | None = field(default=None, metadata={"help": "Same columns as --train_file."})
-    test_file: str | None = field(default=None, metadata={"help": "Same text columns; `label` optional. Writes predict_results.tsv."})
-    embedded_task: Literal[EMBEDDED_TASKS] = field(default="newsgroups", metadata={"help": "Without --task_name / --train_file: 20 Newsgroups, the embedded news topics or Rotten Tomatoes."})
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per input (per segment in mems mode), <sep>/<cls> included."})
-    long_document_mode: Literal[LONG_DOCUMENT_MODES] = field(default="truncate", metadata={"help": "Texts longer than max_seq_length: keep the first tokens (truncate), the first --head_len and the last ones (head_tail), classify every window of max_seq_length tokens alone and average the windows' probabilities (windows), or read the whole text as segments carrying the memory (mems)."})
-    head_len: int | None = field(default=None, metadata={"help": "head_tail mode: tokens kept from the start (default: a quarter of max_seq_length, as Sun et al. 2019's 128 of 512); the rest of max_seq_length comes from the end."})
-    max_windows: int | None = field(default=None, metadata={"help": "windows mode: the first N windows of each text (default: all of them)."})
+    test_file: str | None = field(
+        default=None, metadata={"help": "Same text columns; `label` optional. Writes predict_results.tsv."}
+    )
+    embedded_task: Literal[EMBEDDED_TASKS] = field(
+        default="newsgroups",
+        metadata={
+            "help": "Without --task_name / --train_file: 20 Newsgroups, the embedded news topics or Rotten Tomatoes."
+        },
+    )
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Tokens per input (per segment in mems mode), <sep>/<cls> included."}
+    )
+    long_document_mode: Literal[LONG_DOCUMENT_MODES] = field(
+        default="truncate",
+        metadata={
+            "help": "Texts longer than max_seq_length: keep the first tokens (truncate), the first --head_len and the last ones (head_tail), classify every window of max_seq_length tokens alone and average the windows' probabilities (windows), or read the whole text as segments carrying the memory (mems)."
+        },
+    )
+    head_len: int | None = field(
+        default=None,
+        metadata={
+            "help": "head_tail mode: tokens kept from the start (default: a quarter of max_seq_length, as Sun et al. 2019's 128 of 512); the rest of max_seq_length comes from the end."
+        },
+    )
+    max_windows: int | None = field(
+        default=None, metadata={"help": "windows mode: the first N windows of each text (default: all of them)."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
-    max_train_samples_per_class: int | None = field(default=None, metadata={"help": "Keep the first N training examples of each class (few-label runs)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N examples of each validation split."})
+    max_train_samples_per_class: int | None = field(
+        default=None, metadata={"help": "Keep the first N training examples of each class (few-label runs)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N examples of each validation split."}
+    )
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep the first N test examples."})
     # model
-    model_name_or_path: str | None = field(default=None, metadata={"help": f"XLNet-Lite or transformers XLNet checkpoint, folder or Hub id (default: {DEFAULT_PRETRAINED})."})
-    config_name: str | None = field(default=None, metadata={"help": "Random initialisation from this config (instead of --model_name_or_path)."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model or config folder)."})
-    mem_len: int | None = field(default=None, metadata={"help": "mems mode: memory tokens kept per layer (default: the model's mem_len; 0: every earlier segment, as a model pretrained with --mem_len 0 has)."})
-    mems_backprop: Literal["last", "all"] = field(default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all."})
-    dropout: float = field(default=0.1, metadata={"help": "Dropout while finetuning, set on the loaded config (XLNet finetunes with 0.1)."})
-    summary_type: Literal["last", "mean"] | None = field(default=None, metadata={"help": "Pooling, set on the loaded config: last (<cls>, XLNet's) or mean (of the real tokens); default: the model's."})
-    reinit_layers: int = field(default=0, metadata={"help": "Draw the top N layers of the pretrained model afresh before finetuning (N = n_layer keeps only the embeddings)."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the checkpoint's folder / Hub repo."})
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": f"XLNet-Lite or transformers XLNet checkpoint, folder or Hub id (default: {DEFAULT_PRETRAINED})."
+        },
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "Random initialisation from this config (instead of --model_name_or_path)."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer (default: the model or config folder)."}
+    )
+    mem_len: int | None = field(
+        default=None,
+        metadata={
+            "help": "mems mode: memory tokens kept per layer (default: the model's mem_len; 0: every earlier segment, as a model pretrained with --mem_len 0 has)."
+        },
+    )
+    mems_backprop: Literal["last", "all"] = field(
+        default="last", metadata={"help": "mems mode: gradient through the last segment only, or through all."}
+    )
+    dropout: float = field(
+        default=0.1, metadata={"help": "Dropout while finetuning, set on the loaded config (XLNet finetunes with 0.1)."}
+    )
+    summary_type: Literal["last", "mean"] | None = field(
+        default=None,
+        metadata={
+            "help": "Pooling, set on the loaded config: last (<cls>, XLNet's) or mean (of the real tokens); default: the model's."
+        },
+    )
+    reinit_layers: int = field(
+        default=0,
+        metadata={
+            "help": "Draw the top N layers of the pretrained model afresh before finetuning (N = n_layer keeps only the embeddings)."
+        },
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow code from the checkpoint's folder / Hub repo."}
+    )
     # optimisation (defaults differ from pretraining)
-    output_dir: str = field(default="outputs/finetune", metadata={"help": "Best model, tokenizer, results, metrics, plot, checkpoints/."})
-    learning_rate: float = field(default=3e-4, metadata={"help": "Peak learning rate (3e-4 for the small preset on 20 Newsgroups: 1e-4 scored 18 points lower; see benchmarks/RESULTS.md)."})
+    output_dir: str = field(
+        default="outputs/finetune", metadata={"help": "Best model, tokenizer, results, metrics, plot, checkpoints/."}
+    )
+    learning_rate: float = field(
+        default=3e-4,
+        metadata={
+            "help": "Peak learning rate (3e-4 for the small preset on 20 Newsgroups: 1e-4 scored 18 points lower; see benchmarks/RESULTS.md)."
+        },
+    )
     warmup_ratio: float = field(default=0.1, metadata={"help": "Linear warmup as a fraction of the run's steps."})
-    num_warmup_steps: int | None = field(default=None, metadata={"help": "Linear warmup steps instead of --warmup_ratio."})
+    num_warmup_steps: int | None = field(
+        default=None, metadata={"help": "Linear warmup steps instead of --warmup_ratio."}
+    )
     adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon (XLNet: 1e-6)."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Evaluation batch size per process."})
-    eval_strategy: Literal["epoch", "no"] = field(default="epoch", metadata={"help": "epoch: score the validation split after every epoch and keep the best epoch's model; no: keep the last epoch's model and score the validation split once, at the end."})
-    layerwise_lr_decay: float = field(default=1.0, metadata={"help": "Layer l of L gets lr * decay^(L-1-l), embeddings lr * decay^L."})
+    eval_strategy: Literal["epoch", "no"] = field(
+        default="epoch",
+        metadata={
+            "help": "epoch: score the validation split after every epoch and keep the best epoch's model; no: keep the last epoch's model and score the validation split once, at the end."
+        },
+    )
+    layerwise_lr_decay: float = field(
+        default=1.0, metadata={"help": "Layer l of L gets lr * decay^(L-1-l), embeddings lr * decay^L."}
+    )
     num_train_epochs: int = field(default=3, metadata={"help": "Epochs (0: only evaluate and predict)."})
-    max_train_steps: int | None = field(default=None, metadata={"help": "Total optimizer steps; overrides --num_train_epochs."})
+    max_train_steps: int | None = field(
+        default=None, metadata={"help": "Total optimizer steps; overrides --num_train_epochs."}
+    )
 
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
-        "task_name", "train_file", "validation_file", "embedded_task", "model_name_or_path", "config_name", "tokenizer_name",
-        "max_seq_length", "long_document_mode", "head_len", "max_windows", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout", "summary_type",
+        "task_name",
+        "train_file",
+        "validation_file",
+        "embedded_task",
+        "model_name_or_path",
+        "config_name",
+        "tokenizer_name",
+        "max_seq_length",
+        "long_document_mode",
+        "head_len",
+        "max_windows",
+        "max_train_samples",
+        "max_train_samples_per_class",
+        "mem_len",
+        "mems_backprop",
+        "dropout",
+        "summary_type",
         "reinit_layers",
     )
 
@@ -125,15 +237,21 @@ def check_args(a: FinetuneArguments):
     if a.task_name and (a.train_file or a.validation_file):
         problems.append("pass either --task_name or --train_file/--validation_file, not both")
     if (a.validation_file or a.test_file) and not a.task_name and not a.train_file:
-        problems.append("--validation_file/--test_file need a --train_file (the label set comes from the training data)")
+        problems.append(
+            "--validation_file/--test_file need a --train_file (the label set comes from the training data)"
+        )
     if a.config_name and a.model_name_or_path:
-        problems.append("pass --model_name_or_path (pretrained weights) or --config_name (random initialisation), not both")
+        problems.append(
+            "pass --model_name_or_path (pretrained weights) or --config_name (random initialisation), not both"
+        )
     if a.max_seq_length < 3:
         problems.append(f"--max_seq_length must be at least 3 (text, <sep>, <cls>), got {a.max_seq_length}")
     if a.head_len is not None and a.long_document_mode != "head_tail":
         problems.append(f"--head_len is for --long_document_mode head_tail, not {a.long_document_mode}")
     elif a.head_len is not None and not 0 <= a.head_len <= a.max_seq_length - 2:
-        problems.append(f"--head_len must be in [0, max_seq_length - 2 = {a.max_seq_length - 2}] (the tail keeps <sep> <cls>), got {a.head_len}")
+        problems.append(
+            f"--head_len must be in [0, max_seq_length - 2 = {a.max_seq_length - 2}] (the tail keeps <sep> <cls>), got {a.head_len}"
+        )
     if a.max_windows is not None and a.long_document_mode != "windows":
         problems.append(f"--max_windows is for --long_document_mode windows, not {a.long_document_mode}")
     elif a.max_windows is not None and a.max_windows < 1:
@@ -143,8 +261,10 @@ def check_args(a: FinetuneArguments):
     if a.reinit_layers < 0:
         problems.append(f"--reinit_layers must be >= 0, got {a.reinit_layers}")
     if a.reinit_layers and a.config_name:
-        problems.append("--reinit_layers re-initialises layers of a pretrained model (--model_name_or_path); "
-                        "--config_name starts from random initialisation already")
+        problems.append(
+            "--reinit_layers re-initialises layers of a pretrained model (--model_name_or_path); "
+            "--config_name starts from random initialisation already"
+        )
     if a.layerwise_lr_decay <= 0:
         problems.append(f"--layerwise_lr_decay must be > 0, got {a.layerwise_lr_decay}")
     if not 0 <= a.dropout < 1:
@@ -161,9 +281,11 @@ def check_args(a: FinetuneArguments):
         training.warmup_steps(a, a.max_train_steps)
     if a.config_name is None and a.model_name_or_path is None:
         if not os.path.isdir(DEFAULT_PRETRAINED):
-            raise training.RecipeError(f"no pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path): run the "
-                              f"pretraining first ({PRETRAIN_COMMAND}), or pass --model_name_or_path (or --config_name "
-                              "for random initialisation)")
+            raise training.RecipeError(
+                f"no pretrained model in {DEFAULT_PRETRAINED}/ (the default --model_name_or_path): run the "
+                f"pretraining first ({PRETRAIN_COMMAND}), or pass --model_name_or_path (or --config_name "
+                "for random initialisation)"
+            )
         a.model_name_or_path = DEFAULT_PRETRAINED
 
 
@@ -188,10 +310,14 @@ def load_model_and_tokenizer(a, labels: Labels, train_source):
             raise training.RecipeError(f"--reinit_layers {a.reinit_layers}: {path} has {model.config.n_layer} layers")
         reinit_top_layers(model, a.reinit_layers)
     if len(tokenizer) > model.config.vocab_size:
-        raise training.RecipeError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}")
+        raise training.RecipeError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}"
+        )
     if a.mem_len is not None:
         model.config.mem_len = a.mem_len
-    model.transformer.mask_emb.requires_grad_(False)  # classification never runs the query stream (and DDP needs every trained parameter used)
+    model.transformer.mask_emb.requires_grad_(
+        False
+    )  # classification never runs the query stream (and DDP needs every trained parameter used)
     return model, tokenizer
 
 
@@ -210,7 +336,8 @@ def checkpoint_label_kwargs(config, labels: Labels, path, train_source):
         raise training.RecipeError(
             f"{path} has a classification head with {config.num_labels} labels ({list(config.id2label.values())}), "
             f"but column `label` of {train_source} has {labels.num_labels} ({labels.names or 'regression'}); "
-            f"start from a checkpoint without a classification head (a pretraining output) or use matching data")
+            f"start from a checkpoint without a classification head (a pretraining output) or use matching data"
+        )
     if not labels.is_regression and set(config.label2id) == set(labels.names):
         labels.names[:] = sorted(labels.names, key=config.label2id.get)
         kwargs = labels.model_kwargs()
@@ -224,10 +351,21 @@ def classify(model, batch, accelerator, *, labels=None, backprop_all=False):
     if batch["prefix_input_ids"].shape[1]:
         core = accelerator.unwrap_model(model).transformer
         with torch.set_grad_enabled(backprop_all and torch.is_grad_enabled()), accelerator.autocast():
-            mems = read_segments(core, batch["prefix_input_ids"], batch["prefix_token_type_ids"],
-                                 mem_len=core.config.mem_len, keep_graph=backprop_all)
-    return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                 token_type_ids=batch["token_type_ids"], mems=mems, use_mems=False, labels=labels)
+            mems = read_segments(
+                core,
+                batch["prefix_input_ids"],
+                batch["prefix_token_type_ids"],
+                mem_len=core.config.mem_len,
+                keep_graph=backprop_all,
+            )
+    return model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        token_type_ids=batch["token_type_ids"],
+        mems=mems,
+        use_mems=False,
+        labels=labels,
+    )
 
 
 @torch.no_grad()
@@ -265,7 +403,9 @@ def evaluate(a, model, eval_sets, accelerator, labels):
     metrics = {}
     for name, (loader, references) in eval_sets.items():
         suffix = "_mm" if name == "validation_mismatched" else ""
-        scores = compute_metrics(a, predict(model, loader, accelerator, is_regression=labels.is_regression), references, labels)
+        scores = compute_metrics(
+            a, predict(model, loader, accelerator, is_regression=labels.is_regression), references, labels
+        )
         metrics.update({k + suffix: v for k, v in scores.items()})
     return metrics
 
@@ -275,18 +415,26 @@ def evaluate(a, model, eval_sets, accelerator, labels):
 
 
 def main(argv=None):
-    a, accelerator, checkpoints, resume = training.set_up_run(FinetuneArguments, argv, check=check_args, outputs=OUTPUTS,
-                                                              description=__doc__)
-    splits = load_splits(task_name=a.task_name, train_file=a.train_file, validation_file=a.validation_file,
-                         test_file=a.test_file, embedded_task=a.embedded_task)
+    a, accelerator, checkpoints, resume = training.set_up_run(
+        FinetuneArguments, argv, check=check_args, outputs=OUTPUTS, description=__doc__
+    )
+    splits = load_splits(
+        task_name=a.task_name,
+        train_file=a.train_file,
+        validation_file=a.validation_file,
+        test_file=a.test_file,
+        embedded_task=a.embedded_task,
+    )
     for name, split in splits.items():  # bad columns stop us before the model is loaded
         check_split(split, text_columns(split), needs_label=name != "test")
         check_long_document_mode(split, a.long_document_mode)
     labels = read_labels(splits["train"])
     if a.max_train_samples_per_class:
         if labels.is_regression:
-            raise training.RecipeError(f"--max_train_samples_per_class: column `label` of {splits['train'].source} "
-                                       "holds regression targets, not classes")
+            raise training.RecipeError(
+                f"--max_train_samples_per_class: column `label` of {splits['train'].source} "
+                "holds regression targets, not classes"
+            )
         splits["train"] = first_per_class(splits["train"], a.max_train_samples_per_class)
     model, tokenizer = load_model_and_tokenizer(a, labels, splits["train"].source)
     training.crash_point("model_built")
@@ -295,23 +443,40 @@ def main(argv=None):
     common = dict(max_len=a.max_seq_length, mode=a.long_document_mode, head_len=a.head_len, max_windows=a.max_windows)
     source = splits["train"].source
     train_set = tokenize_split(splits["train"], tokenizer, labels, source, max_samples=a.max_train_samples, **common)
-    other_sets = {name: tokenize_split(splits[name], tokenizer, labels, source, **common,
-                                       max_samples=a.max_predict_samples if name == "test" else a.max_eval_samples)
-                  for name in ("validation", "validation_mismatched", "test") if name in splits}
+    other_sets = {
+        name: tokenize_split(
+            splits[name],
+            tokenizer,
+            labels,
+            source,
+            **common,
+            max_samples=a.max_predict_samples if name == "test" else a.max_eval_samples,
+        )
+        for name in ("validation", "validation_mismatched", "test")
+        if name in splits
+    }
     collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, a.max_seq_length)
-    train_loader, sampler = make_loader(train_set, collator, batch_size=a.per_device_train_batch_size, shuffle=True, seed=a.seed)
-    loaders = {name: make_loader(ds, collator, batch_size=a.per_device_eval_batch_size, shuffle=False, seed=0)[0]
-               for name, ds in other_sets.items()}
+    train_loader, sampler = make_loader(
+        train_set, collator, batch_size=a.per_device_train_batch_size, shuffle=True, seed=a.seed
+    )
+    loaders = {
+        name: make_loader(ds, collator, batch_size=a.per_device_eval_batch_size, shuffle=False, seed=0)[0]
+        for name, ds in other_sets.items()
+    }
 
     train_loader = accelerator.prepare(train_loader)  # sharded: the run is sized per process
     loaders = {name: accelerator.prepare(loader) for name, loader in loaders.items()}
     steps_per_epoch = math.ceil(len(train_loader) / a.gradient_accumulation_steps)
     max_steps = a.max_train_steps or a.num_train_epochs * steps_per_epoch
-    optimizer, scheduler = training.make_optimizer_and_scheduler(a, model, max_steps=max_steps, num_processes=accelerator.num_processes,
-                                                        layerwise_lr_decay=a.layerwise_lr_decay)
+    optimizer, scheduler = training.make_optimizer_and_scheduler(
+        a, model, max_steps=max_steps, num_processes=accelerator.num_processes, layerwise_lr_decay=a.layerwise_lr_decay
+    )
     model, optimizer, scheduler = training.prepare(accelerator, model, optimizer, scheduler)
-    eval_sets = {name: (loaders[name], text_labels(other_sets[name])) for name in ("validation", "validation_mismatched")
-                 if name in loaders and "labels" in other_sets[name].column_names}
+    eval_sets = {
+        name: (loaders[name], text_labels(other_sets[name]))
+        for name in ("validation", "validation_mismatched")
+        if name in loaders and "labels" in other_sets[name].column_names
+    }
     training.start_tracking(accelerator, a, "run_glue")
     loop = training.TrainLoop(a, accelerator, model, optimizer, scheduler, checkpoints_dir=checkpoints.root)
     state, records = {"step": 0, "epoch": 0, "loss_sum": 0.0, "loss_count": 0, "history": [], "best": None}, 0
@@ -324,20 +489,42 @@ def main(argv=None):
     metrics.start(records)
     n_train = len(text_labels(train_set))  # texts (in windows mode fewer than the rows)
     windows = f" in {len(train_set)} windows" if a.long_document_mode == "windows" else ""
-    accelerator.print(f"{n_train} training examples{windows}, {steps_per_epoch} steps/epoch, {max_steps} steps, "
-                      f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}")
-    run = Finetuning(a, accelerator, model, tokenizer, loop, checkpoints, metrics, labels=labels, eval_sets=eval_sets,
-                     main_metric=primary_metric(a.task_name, is_regression=labels.is_regression))
+    accelerator.print(
+        f"{n_train} training examples{windows}, {steps_per_epoch} steps/epoch, {max_steps} steps, "
+        f"{accelerator.unwrap_model(model).num_parameters():,} parameters, mode {a.long_document_mode}"
+    )
+    run = Finetuning(
+        a,
+        accelerator,
+        model,
+        tokenizer,
+        loop,
+        checkpoints,
+        metrics,
+        labels=labels,
+        eval_sets=eval_sets,
+        main_metric=primary_metric(a.task_name, is_regression=labels.is_regression),
+    )
     start = time.perf_counter()
     if not train(run, state, train_loader, sampler, steps_per_epoch=steps_per_epoch, max_steps=max_steps):
         training.end_run(accelerator)
         return None
     if state["best"] is None:  # no training (or no validation data): the current model is the result
-        state["best"] = {"epoch": state["epoch"], "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {}}
+        state["best"] = {
+            "epoch": state["epoch"],
+            "metrics": evaluate(a, model, eval_sets, accelerator, labels) if eval_sets else {},
+        }
         training.save_final_model(accelerator, model, tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
     accelerator.unwrap_model(model).load_state_dict(load_file(str(Path(a.output_dir, "model.safetensors"))))
-    return finish(run, state, loaders, other_sets, train_runtime=time.perf_counter() - start, n_train=n_train,
-                  n_windows=len(train_set) if a.long_document_mode == "windows" else None)
+    return finish(
+        run,
+        state,
+        loaders,
+        other_sets,
+        train_runtime=time.perf_counter() - start,
+        n_train=n_train,
+        n_windows=len(train_set) if a.long_document_mode == "windows" else None,
+    )
 
 
 @dataclass
@@ -361,8 +548,13 @@ def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max
     def micro_batches(batches, first):  # pulled lazily, so accelerate sees the end of the loader at the right batch
         for batch in itertools.chain([first], itertools.islice(batches, G - 1)):
             loop.add_tokens(batch["input_ids"].numel() * accelerator.num_processes)  # padded tokens, all processes
-            yield lambda batch=batch: classify(model, batch, accelerator, labels=batch["labels"],
-                                               backprop_all=a.mems_backprop == "all").loss
+            yield (
+                lambda batch=batch: (
+                    classify(
+                        model, batch, accelerator, labels=batch["labels"], backprop_all=a.mems_backprop == "all"
+                    ).loss
+                )
+            )
 
     try:
         for epoch in range(state["epoch"], math.ceil(max_steps / steps_per_epoch) if max_steps else 0):
@@ -384,13 +576,17 @@ def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max
                 if state["step"] % a.logging_steps == 0 and (record := loop.window_record(state["step"])):
                     run.metrics.log(record)
                 stopping = stop.requested()
-                periodic = a.checkpointing_steps and state["step"] % a.checkpointing_steps == 0 and state["step"] != epoch_end
+                periodic = (
+                    a.checkpointing_steps and state["step"] % a.checkpointing_steps == 0 and state["step"] != epoch_end
+                )
                 if stopping or periodic:
                     with loop.paused():
                         run.save_checkpoint(state["step"], recipe_state=state)
                 if stopping:
-                    accelerator.print(f"received signal {stop.signal or '(another process)'}: checkpoint saved at step "
-                                      f"{state['step']}, exiting")
+                    accelerator.print(
+                        f"received signal {stop.signal or '(another process)'}: checkpoint saved at step "
+                        f"{state['step']}, exiting"
+                    )
                     return False
                 if state["step"] >= max_steps:
                     break
@@ -411,7 +607,11 @@ def end_epoch(run: Finetuning, state, epoch, *, last):
     a, accelerator, metric = run.a, run.accelerator, run.main_metric
     if (record := run.loop.window_record(state["step"])) is not None:
         run.metrics.log(record)
-    mean = accelerator.gather(torch.tensor([state["loss_sum"], state["loss_count"]], dtype=torch.float64)).view(-1, 2).sum(0)
+    mean = (
+        accelerator.gather(torch.tensor([state["loss_sum"], state["loss_count"]], dtype=torch.float64))
+        .view(-1, 2)
+        .sum(0)
+    )
     record = {"step": state["step"], "epoch": epoch + 1, "train_loss": float(mean[0] / max(mean[1], 1))}
     scored = run.eval_sets and (a.eval_strategy == "epoch" or last)
     scores = evaluate(a, run.model, run.eval_sets, accelerator, run.labels) if scored else {}
@@ -424,7 +624,9 @@ def end_epoch(run: Finetuning, state, epoch, *, last):
     best_score = None if best is None else best["metrics"].get(metric)
     if score is None or best_score is None or score > best_score:  # without validation data: the latest epoch
         state["best"] = {"epoch": epoch + 1, "metrics": scores}
-        training.save_final_model(accelerator, run.model, run.tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS)
+        training.save_final_model(
+            accelerator, run.model, run.tokenizer, a.output_dir, config_updates=PRETRAINING_ONLY_FIELDS
+        )
 
 
 def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_train, n_windows=None):
@@ -432,9 +634,17 @@ def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_trai
     predict_results.tsv and training_curves.png."""
     a, accelerator, labels = run.a, run.accelerator, run.labels
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
-    results.update(best_epoch=state["best"]["epoch"], epochs=state["epoch"], train_samples=n_train,
-                   train_runtime_s=round(train_runtime, 2), long_document_mode=a.long_document_mode,
-                   head_len=a.head_len, max_windows=a.max_windows, max_seq_length=a.max_seq_length, mixed_precision=accelerator.mixed_precision)
+    results.update(
+        best_epoch=state["best"]["epoch"],
+        epochs=state["epoch"],
+        train_samples=n_train,
+        train_runtime_s=round(train_runtime, 2),
+        long_document_mode=a.long_document_mode,
+        head_len=a.head_len,
+        max_windows=a.max_windows,
+        max_seq_length=a.max_seq_length,
+        mixed_precision=accelerator.mixed_precision,
+    )
     if n_windows is not None:
         results["train_windows"] = n_windows
     if state["history"]:
@@ -455,9 +665,13 @@ def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_trai
         training.write_json(out / "history.json", state["history"])
         if state["history"]:
             metric = run.main_metric
-            training.plot_metrics(run.metrics.records(), out / "training_curves.png", title="finetuning",
-                         left={"loss": "train loss", "train_loss": "train loss (epoch mean)"},
-                         right={f"eval_{metric}": f"validation {metric}"})
+            training.plot_metrics(
+                run.metrics.records(),
+                out / "training_curves.png",
+                title="finetuning",
+                left={"loss": "train loss", "train_loss": "train loss (epoch mean)"},
+                right={f"eval_{metric}": f"validation {metric}"},
+            )
         if a.push_to_hub:
             training.push_output_dir(a, commit_message="Finetuned with finetune/run_glue.py")
     accelerator.print(json.dumps(results))
@@ -466,7 +680,9 @@ def finish(run: Finetuning, state, loaders, other_sets, *, train_runtime, n_trai
 
 
 def write_predictions(path, predictions, labels: Labels):
-    rows = [f"{i}\t{p:.6f}" if labels.is_regression else f"{i}\t{labels.names[int(p)]}" for i, p in enumerate(predictions)]
+    rows = [
+        f"{i}\t{p:.6f}" if labels.is_regression else f"{i}\t{labels.names[int(p)]}" for i, p in enumerate(predictions)
+    ]
     training.atomic_write_text(path, "index\tprediction\n" + "".join(r + "\n" for r in rows))
 
 

@@ -59,8 +59,9 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def straight_run(corpus, tmp_path_factory):
     """The tiny pretraining run, uninterrupted, in this process: (output_dir, results)."""
-    from pretrain import run_pretraining
     from recipe_helpers import tiny_args
+
+    from pretrain import run_pretraining
 
     out = tmp_path_factory.mktemp("straight")
     results = run_pretraining.main(tiny_args(corpus, out))
@@ -70,8 +71,9 @@ def straight_run(corpus, tmp_path_factory):
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     """A tiny 'pretraining output': LM-head model + tokenizer, no classification head."""
-    import xlnet_lite
     from recipe_helpers import BAD, CLASSIFIER_TINY, GOOD
+
+    import xlnet_lite
     from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
 
     path = tmp_path_factory.mktemp("pretrain")

@@ -43,8 +43,10 @@ class FakeHub:
                     return self.reply(200, {})
                 if "/preupload/" in self.path:
                     files = json.loads(data)["files"]
-                    return self.reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                                      for f in files]})
+                    return self.reply(
+                        200,
+                        {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]},
+                    )
                 if "/commit/" in self.path:
                     hub.receive_commit(data)
                     return self.reply(200, {"commitUrl": f"{hub.endpoint}/c/{'a' * 40}", "commitOid": "a" * 40})

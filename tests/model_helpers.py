@@ -42,7 +42,7 @@ def run_both(hf, lite, impl, **inputs):
 def segments_and_left_padding(shape):
     """Token types A (first half), B, <cls> last, and left padding on the second row, for inputs of `shape`."""
     token_type_ids = torch.zeros(shape, dtype=torch.long)
-    token_type_ids[..., shape[-1] // 2:] = 1
+    token_type_ids[..., shape[-1] // 2 :] = 1
     token_type_ids[..., -1] = 2
     attention_mask = torch.ones(shape, dtype=torch.long)
     attention_mask.view(-1, shape[-1])[1, :3] = 0

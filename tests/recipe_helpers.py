@@ -19,21 +19,63 @@ FINETUNE = str(REPO / "finetune" / "run_glue.py")
 
 # A tiny classifier and its sentiment data (the `pretrained` fixture in conftest.py)
 CLASSIFIER_TINY = dict(d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, summary_last_dropout=0.0, mem_len=None)
-GOOD = ["a wonderful film", "great acting and a moving story", "i loved every minute", "a delight from start to end",
-        "the best movie of the year", "funny and warm"]
-BAD = ["a dull mess", "boring and far too long", "i hated the ending", "the worst script in years",
-       "a tedious waste of time", "flat and lifeless"]
+GOOD = [
+    "a wonderful film",
+    "great acting and a moving story",
+    "i loved every minute",
+    "a delight from start to end",
+    "the best movie of the year",
+    "funny and warm",
+]
+BAD = [
+    "a dull mess",
+    "boring and far too long",
+    "i hated the ending",
+    "the worst script in years",
+    "a tedious waste of time",
+    "flat and lifeless",
+]
 
 
 def tiny_args(corpus, output_dir, *extra):
     """The pretraining recipe on the `corpus` fixture: the tiny preset, 12 steps, checkpoints at 6 and 12."""
     return [
-        "--model_size", "tiny", "--train_file", str(corpus / "train.txt"), "--validation_file", str(corpus / "valid.txt"),
-        "--tokenizer_name", str(corpus / "tokenizer"), "--seq_len", "32", "--reuse_len", "16", "--mem_len", "24",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--eval_batches", "3",
-        "--max_steps", "12", "--eval_steps", "6", "--logging_steps", "1", "--checkpointing_steps", "6",
-        "--num_warmup_steps", "2", "--learning_rate", "3e-3", "--output_dir", str(output_dir),
-        "--lr_scheduler_type", "linear",  # a rate that changes every step: a resumed run must restore the schedule
+        "--model_size",
+        "tiny",
+        "--train_file",
+        str(corpus / "train.txt"),
+        "--validation_file",
+        str(corpus / "valid.txt"),
+        "--tokenizer_name",
+        str(corpus / "tokenizer"),
+        "--seq_len",
+        "32",
+        "--reuse_len",
+        "16",
+        "--mem_len",
+        "24",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--eval_batches",
+        "3",
+        "--max_steps",
+        "12",
+        "--eval_steps",
+        "6",
+        "--logging_steps",
+        "1",
+        "--checkpointing_steps",
+        "6",
+        "--num_warmup_steps",
+        "2",
+        "--learning_rate",
+        "3e-3",
+        "--output_dir",
+        str(output_dir),
+        "--lr_scheduler_type",
+        "linear",  # a rate that changes every step: a resumed run must restore the schedule
         *extra,
     ]
 
@@ -65,23 +107,43 @@ def write_rows(path, rows):
 
 
 def sentiment_rows(repeat=2, label=lambda good: "pos" if good else "neg"):
-    return [{"sentence": s, "label": label(good)} for _ in range(repeat) for good, group in ((True, GOOD), (False, BAD)) for s in group]
+    return [
+        {"sentence": s, "label": label(good)}
+        for _ in range(repeat)
+        for good, group in ((True, GOOD), (False, BAD))
+        for s in group
+    ]
 
 
 def run(tmp_path, model, *extra, epochs=2):
     """The finetuning recipe in this process; (results, output_dir)."""
     out = tmp_path / "out"
-    args = ["--model_name_or_path", str(model), "--output_dir", str(out), "--num_train_epochs", str(epochs),
-            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "5", "--learning_rate", "1e-3",
-            "--max_seq_length", "16", *extra]
+    args = [
+        "--model_name_or_path",
+        str(model),
+        "--output_dir",
+        str(out),
+        "--num_train_epochs",
+        str(epochs),
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "5",
+        "--learning_rate",
+        "1e-3",
+        "--max_seq_length",
+        "16",
+        *extra,
+    ]
     return run_glue.main(args), out
 
 
 def cli(script, *args, env=None, cwd=None, timeout=300):
     """A recipe as a command, in a subprocess."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, script, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
+    )
 
 
 def run_recording_python3(script, cwd, **env):

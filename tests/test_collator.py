@@ -116,8 +116,15 @@ def test_span_lengths_follow_one_over_n():
     R, L, max_n, p = 8, 20000, 5, 1 / 6
     gen = torch.Generator().manual_seed(0)
     starts_ok = torch.ones(R, L, dtype=torch.bool)
-    begins, ends = sample_spans(starts_ok, starts_ok, torch.full((R,), L), torch.zeros(R, dtype=torch.long),
-                                plm_probability=p, max_span_length=max_n, generator=gen)
+    begins, ends = sample_spans(
+        starts_ok,
+        starts_ok,
+        torch.full((R,), L),
+        torch.zeros(R, dtype=torch.long),
+        plm_probability=p,
+        max_span_length=max_n,
+        generator=gen,
+    )
     lengths = (ends - begins)[ends > begins]
     law = 1 / torch.arange(1, max_n + 1, dtype=torch.float64)
     law /= law.sum()
@@ -135,8 +142,15 @@ def test_spans_start_at_word_starts():
     starts_ok = torch.zeros(R, L, dtype=torch.bool)
     starts_ok[:, ::3] = True
     eligible = torch.ones(R, L, dtype=torch.bool)
-    begins, ends = sample_spans(starts_ok, eligible, torch.full((R,), L), torch.zeros(R, dtype=torch.long),
-                                plm_probability=1 / 6, max_span_length=5, generator=gen)
+    begins, ends = sample_spans(
+        starts_ok,
+        eligible,
+        torch.full((R,), L),
+        torch.zeros(R, dtype=torch.long),
+        plm_probability=1 / 6,
+        max_span_length=5,
+        generator=gen,
+    )
     real = ends > begins
     assert real.sum() > 100
     assert (begins[real] % 3 == 0).all()
@@ -168,7 +182,9 @@ def test_permutation_chunks_order_targets(tokenizer):
     T, R, size = 64, 32, 8
     for seed in range(10):
         examples = make_examples(np.random.default_rng(seed), 4, T, R)
-        out = DataCollatorForXLNetPretraining(tokenizer, reuse_len=R, perm_size=size, plm_probability=0.4, seed=seed)(examples)
+        out = DataCollatorForXLNetPretraining(tokenizer, reuse_len=R, perm_size=size, plm_probability=0.4, seed=seed)(
+            examples
+        )
         tgt = target_positions(out)
         for b in range(4):
             idx = torch.nonzero(tgt[b]).flatten()
@@ -214,8 +230,17 @@ def test_collator_output_through_the_model_leaks_nothing(tokenizer, seed):
 
     from xlnet_lite import XLNetLiteConfig, XLNetLiteLMHeadModel
 
-    config = XLNetLiteConfig(vocab_size=len(tokenizer), d_model=32, n_layer=2, n_head=4, d_inner=48, dropout=0.0,
-                             mem_len=8, reuse_len=8, bi_data=True)
+    config = XLNetLiteConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        n_layer=2,
+        n_head=4,
+        d_inner=48,
+        dropout=0.0,
+        mem_len=8,
+        reuse_len=8,
+        bi_data=True,
+    )
     model = randomise(XLNetLiteLMHeadModel(config), seed=seed).eval()
     rng = np.random.default_rng(seed)
     collator = DataCollatorForXLNetPretraining(tokenizer, reuse_len=8, perm_size=8, seed=seed)

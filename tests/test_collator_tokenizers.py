@@ -54,8 +54,9 @@ def wordpiece(texts):
     backend.normalizer = normalizers.BertNormalizer(lowercase=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=200, special_tokens=list(BERT_SPECIALS.values()),
-                                        show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=200, special_tokens=list(BERT_SPECIALS.values()), show_progress=False
+    )
     return _trained(backend, trainer, texts, **BERT_SPECIALS)
 
 
@@ -63,8 +64,12 @@ def byte_level_bpe(texts):
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(GPT_SPECIALS.values()), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=list(GPT_SPECIALS.values()),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     return _trained(backend, trainer, texts, **GPT_SPECIALS)
 
 
@@ -72,8 +77,9 @@ def end_of_word_bpe(texts):
     backend = Tokenizer(models.BPE(unk_token="[UNK]", end_of_word_suffix="</w>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.decoder = decoders.BPEDecoder(suffix="</w>")
-    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=list(BERT_SPECIALS.values()), show_progress=False,
-                                  end_of_word_suffix="</w>")
+    trainer = trainers.BpeTrainer(
+        vocab_size=200, special_tokens=list(BERT_SPECIALS.values()), show_progress=False, end_of_word_suffix="</w>"
+    )
     return _trained(backend, trainer, texts, **BERT_SPECIALS)
 
 
@@ -145,18 +151,34 @@ SAMPLE = "lo pravelter ka, doxqui nu."
 T, F = True, False
 
 
-@pytest.mark.parametrize("kind,pieces,expected", [
-    ("metaspace", ["▁lo", "▁", "pra", "vel", "ter", "▁ka", ",", "▁dox", "qui", "▁nu", "."],
-     [T, T, F, F, F, T, T, T, F, T, T]),
-    ("wordpiece", ["lo", "pra", "##vel", "##ter", "ka", ",", "dox", "##qui", "nu", "."], [T, T, F, F, T, T, T, F, T, T]),
-    # the text's first word has no space before it, so no "Ġ": not seen as a word start
-    ("byte_level", ["lo", "Ġpra", "vel", "ter", "Ġka", ",", "Ġdox", "qui", "Ġnu", "."],
-     [F, T, F, F, T, T, T, F, T, T]),
-    # a start is read from the "</w>" of the token before it: the first token has none
-    ("end_of_word_suffix", ["lo</w>", "pra", "vel", "ter</w>", "ka</w>", ",</w>", "dox", "qui</w>", "nu</w>", ".</w>"],
-     [F, T, F, F, T, T, T, F, T, T]),
-    ("word_level", ["lo", "[UNK]", "ka", ",", "doxqui", "nu", "."], [T] * 7),
-])
+@pytest.mark.parametrize(
+    "kind,pieces,expected",
+    [
+        (
+            "metaspace",
+            ["▁lo", "▁", "pra", "vel", "ter", "▁ka", ",", "▁dox", "qui", "▁nu", "."],
+            [T, T, F, F, F, T, T, T, F, T, T],
+        ),
+        (
+            "wordpiece",
+            ["lo", "pra", "##vel", "##ter", "ka", ",", "dox", "##qui", "nu", "."],
+            [T, T, F, F, T, T, T, F, T, T],
+        ),
+        # the text's first word has no space before it, so no "Ġ": not seen as a word start
+        (
+            "byte_level",
+            ["lo", "Ġpra", "vel", "ter", "Ġka", ",", "Ġdox", "qui", "Ġnu", "."],
+            [F, T, F, F, T, T, T, F, T, T],
+        ),
+        # a start is read from the "</w>" of the token before it: the first token has none
+        (
+            "end_of_word_suffix",
+            ["lo</w>", "pra", "vel", "ter</w>", "ka</w>", ",</w>", "dox", "qui</w>", "nu</w>", ".</w>"],
+            [F, T, F, F, T, T, T, F, T, T],
+        ),
+        ("word_level", ["lo", "[UNK]", "ka", ",", "doxqui", "nu", "."], [T] * 7),
+    ],
+)
 def test_known_words(tokenizers, kind, pieces, expected):
     """Multi-piece words ("pravelter", "doxqui"): only their first piece starts a word; punctuation does."""
     tokenizer = tokenizers[kind]
@@ -170,14 +192,18 @@ def test_known_words(tokenizers, kind, pieces, expected):
 
 def xlnet_is_start_piece(piece):
     """zihangdai/xlnet data_utils._is_start_piece, verbatim."""
-    special_pieces = set(list('!"#$%&\"()*+,-./:;?@[\\]^_`{|}~'))
+    special_pieces = set(list('!"#$%&"()*+,-./:;?@[\\]^_`{|}~'))
     return piece.startswith("▁") or piece.startswith("<") or piece in special_pieces
 
 
 def test_sentencepiece_keeps_xlnets_rule(tokenizers):
     """SentencePiece vocabularies (read from the Metaspace step, or from "▁" pieces of a bare Unigram model, as in
     test_collator.py) get exactly XLNet's _is_start_piece on every piece, so their targets are unchanged."""
-    vocab = [(t, 0.0) for t in SPECIAL_TOKENS] + [(f"▁w{i}", -1.0) for i in range(40)] + [(f"x{i}", -2.0) for i in range(40)]
+    vocab = (
+        [(t, 0.0) for t in SPECIAL_TOKENS]
+        + [(f"▁w{i}", -1.0) for i in range(40)]
+        + [(f"x{i}", -2.0) for i in range(40)]
+    )
     bare = wrap_tokenizer(Tokenizer(models.Unigram(vocab, unk_id=0)))
     for tokenizer in (tokenizers["metaspace"], bare):
         with warnings.catch_warnings():
@@ -228,14 +254,16 @@ def span_statistics(tokenizer, corpus, *, seeds=24, rows=8, seq_len=128):
         rng = np.random.default_rng(seed)
         offsets = rng.integers(0, len(ids) - seq_len, size=rows)
         reversed_rows = np.arange(rows) % 2 == 1
-        examples = [{"input_ids": ids[o:o + seq_len].flip(0) if r else ids[o:o + seq_len], "is_reversed": bool(r)}
-                    for o, r in zip(offsets, reversed_rows)]
+        examples = [
+            {"input_ids": ids[o : o + seq_len].flip(0) if r else ids[o : o + seq_len], "is_reversed": bool(r)}
+            for o, r in zip(offsets, reversed_rows)
+        ]
         out = DataCollatorForXLNetPretraining(tokenizer, plm_probability=P, max_span_length=MAX_N, seed=seed)(examples)
         targets = (out["target_mapping"].sum(1) > 0).numpy()
         targets[reversed_rows] = targets[reversed_rows, ::-1]  # back to text order
         ours.append(run_lengths(targets))
         goal = math.ceil(seq_len * P)
-        xlnet = [xlnet_sample_mask(truth[o:o + seq_len].numpy(), goal, rng) for o in offsets]
+        xlnet = [xlnet_sample_mask(truth[o : o + seq_len].numpy(), goal, rng) for o in offsets]
         reference.append(run_lengths(np.stack(xlnet)))
     return float(np.concatenate(ours).mean()), float(np.concatenate(reference).mean())
 
@@ -264,8 +292,15 @@ def test_spans_follow_xlnets_law_on_real_text(tokenizers, corpus, kind):
     everything = torch.ones_like(start_ok)
     lengths, begins, seeds = [], [], 8
     for seed in range(seeds):
-        b, e = sample_spans(start_ok, everything, torch.full((R,), L), torch.zeros(R, dtype=torch.long),
-                            plm_probability=P, max_span_length=MAX_N, generator=torch.Generator().manual_seed(seed))
+        b, e = sample_spans(
+            start_ok,
+            everything,
+            torch.full((R,), L),
+            torch.zeros(R, dtype=torch.long),
+            plm_probability=P,
+            max_span_length=MAX_N,
+            generator=torch.Generator().manual_seed(seed),
+        )
         real = e > b
         lengths.append((e - b)[real])
         begins.append(truth.gather(1, b)[real])

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from recipe_helpers import REPO
 
 from benchmarks import compare_runs
-from recipe_helpers import REPO
 
 
 def write_outputs(root, *, seconds=1.0, minutes=10.0):
@@ -19,20 +19,32 @@ def write_outputs(root, *, seconds=1.0, minutes=10.0):
         (folder / "checkpoints" / "step_8" / "model.safetensors").write_bytes(bytes([int(seconds)]))
         (folder / "model.safetensors").write_bytes(bytes(range(64)))
         (folder / "tokenizer.json").write_text('{"model": "unigram"}')
-        (folder / "metrics.jsonl").write_text("\n".join(
-            json.dumps({"step": step, "loss": 1.0 / step, "elapsed": seconds * step, "tokens_per_second": 9.0 / seconds})
-            for step in (1, 2)))
+        (folder / "metrics.jsonl").write_text(
+            "\n".join(
+                json.dumps(
+                    {"step": step, "loss": 1.0 / step, "elapsed": seconds * step, "tokens_per_second": 9.0 / seconds}
+                )
+                for step in (1, 2)
+            )
+        )
         if arm is None:
-            (folder / "results.json").write_text(json.dumps(
-                {"steps": 2, "max_train_minutes": minutes, "train_seconds": seconds, "eval_loss": 4.0}))
+            (folder / "results.json").write_text(
+                json.dumps({"steps": 2, "max_train_minutes": minutes, "train_seconds": seconds, "eval_loss": 4.0})
+            )
         else:
-            (folder / "all_results.json").write_text(json.dumps(
-                {"test_accuracy": arm, "train_runtime_s": seconds, "test_runtime_s": seconds}))
+            (folder / "all_results.json").write_text(
+                json.dumps({"test_accuracy": arm, "train_runtime_s": seconds, "test_runtime_s": seconds})
+            )
             (folder / "predict_results.tsv").write_text("index\tprediction\n0\t3\n")
     (root / "newsgroups" / "tfidf.json").write_text(json.dumps({"test_accuracy": 0.688, "wall_time_s": seconds}))
-    (root / "comparison.json").write_text(json.dumps(
-        {"pretrained": {"test_accuracy": 0.66, "train_runtime_s": seconds},
-         "pretraining": {"steps": 2, "max_train_minutes": minutes, "tokens_per_second": 9.0 / seconds}}))
+    (root / "comparison.json").write_text(
+        json.dumps(
+            {
+                "pretrained": {"test_accuracy": 0.66, "train_runtime_s": seconds},
+                "pretraining": {"steps": 2, "max_train_minutes": minutes, "tokens_per_second": 9.0 / seconds},
+            }
+        )
+    )
     return root
 
 
@@ -45,12 +57,15 @@ def test_runs_differing_in_timings_and_budget_only_are_the_same(tmp_path, capsys
     assert not any("checkpoints" in line for line in printed)
 
 
-@pytest.mark.parametrize("changed, edit", [
-    ("newsgroups/random_init/model.safetensors", lambda p: p.write_bytes(bytes(range(63)) + b"\xff")),
-    ("pretrain/metrics.jsonl", lambda p: p.write_text(p.read_text().replace('"loss": 0.5', '"loss": 0.51'))),
-    ("comparison.json", lambda p: p.write_text(p.read_text().replace('"steps": 2', '"steps": 3'))),
-    ("newsgroups/pretrained/predict_results.tsv", lambda p: p.write_text("index\tprediction\n0\t4\n")),
-])
+@pytest.mark.parametrize(
+    "changed, edit",
+    [
+        ("newsgroups/random_init/model.safetensors", lambda p: p.write_bytes(bytes(range(63)) + b"\xff")),
+        ("pretrain/metrics.jsonl", lambda p: p.write_text(p.read_text().replace('"loss": 0.5', '"loss": 0.51'))),
+        ("comparison.json", lambda p: p.write_text(p.read_text().replace('"steps": 2', '"steps": 3'))),
+        ("newsgroups/pretrained/predict_results.tsv", lambda p: p.write_text("index\tprediction\n0\t4\n")),
+    ],
+)
 def test_any_other_difference_is_named(tmp_path, capsys, changed, edit):
     a, b = write_outputs(tmp_path / "a"), write_outputs(tmp_path / "b")
     before = (b / changed).read_bytes()
@@ -65,13 +80,14 @@ def test_a_file_of_one_run_only_is_named(tmp_path, capsys):
     a, b = write_outputs(tmp_path / "a"), write_outputs(tmp_path / "b")
     (b / "newsgroups" / "tfidf.json").unlink()
     assert compare_runs.main(a, b) == 1
-    line, = [line for line in capsys.readouterr().out.splitlines() if line.startswith("newsgroups/tfidf.json")]
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("newsgroups/tfidf.json")]
     assert line.endswith(f"only in {a}")
 
 
 def compare(*args):
-    return subprocess.run([sys.executable, "-m", "benchmarks.compare_runs", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.compare_runs", *map(str, args)], cwd=REPO, capture_output=True, text=True
+    )
 
 
 def test_a_folder_without_a_run_stops_with_one_line(tmp_path):
@@ -79,8 +95,10 @@ def test_a_folder_without_a_run_stops_with_one_line(tmp_path):
     checkpoints_only = tmp_path / "b" / "pretrain" / "checkpoints" / "step_8"
     checkpoints_only.mkdir(parents=True)
     (checkpoints_only / "model.safetensors").write_bytes(b"0")
-    for args, line in (((a, tmp_path / "b"), f"{tmp_path / 'b'} holds no model.safetensors outside checkpoints"),
-                       ((tmp_path / "missing", a), f"{tmp_path / 'missing'} does not exist")):
+    for args, line in (
+        ((a, tmp_path / "b"), f"{tmp_path / 'b'} holds no model.safetensors outside checkpoints"),
+        ((tmp_path / "missing", a), f"{tmp_path / 'missing'} does not exist"),
+    ):
         done = compare(*args)
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.splitlines() == [f"compare_runs: error: {line}: give the outputs folders of two runs"]
@@ -90,7 +108,8 @@ def test_bad_arguments_and_broken_json_stop_with_one_line(tmp_path):
     a, b = write_outputs(tmp_path / "a"), write_outputs(tmp_path / "b")
     done = compare(a)
     assert done.returncode == 2 and done.stderr.splitlines() == [
-        "usage: python -m benchmarks.compare_runs OUTPUTS_A OUTPUTS_B"]
+        "usage: python -m benchmarks.compare_runs OUTPUTS_A OUTPUTS_B"
+    ]
     (b / "comparison.json").write_text('{"pretrained": ')
     done = compare(a, b)
     assert done.returncode == 2

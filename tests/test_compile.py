@@ -9,9 +9,8 @@ import torch._dynamo
 from accelerate.state import AcceleratorState
 from model_helpers import TINY, randomise
 
-from xlnet_lite.collator import random_factorization_masks as xlnet_masks
-
 from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel, training
+from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
 B, T, P = 4, 10, 3
 
@@ -55,7 +54,8 @@ def test_pretraining_step_compiles_whole_and_matches_eager(impl):
             input_ids=torch.randint(0, 97, (B, T), generator=gen),
             token_type_ids=torch.randint(0, 3, (B, T), generator=gen),
             attention_mask=left_padding(B, T, step),
-            perm_mask=perm_mask, target_mapping=target_mapping,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
             labels=torch.randint(0, 97, (B, P), generator=gen),
         )
         model.zero_grad()
@@ -80,7 +80,9 @@ def test_classification_step_and_evaluation_compile_whole_and_match_eager(impl):
         gen = torch.Generator().manual_seed(seed)
         return dict(
             input_ids=torch.randint(0, 97, (B, T), generator=gen),
-            token_type_ids=torch.cat([torch.zeros(B, T // 2), torch.ones(B, T // 2 - 1), torch.full((B, 1), 2)], 1).long(),
+            token_type_ids=torch.cat(
+                [torch.zeros(B, T // 2), torch.ones(B, T // 2 - 1), torch.full((B, 1), 2)], 1
+            ).long(),
             attention_mask=left_padding(B, T, seed),
             labels=torch.randint(0, 3, (B,), generator=gen),
         )
@@ -93,7 +95,9 @@ def test_classification_step_and_evaluation_compile_whole_and_match_eager(impl):
     eager.eval()
     for seed in (1, 2, 3):
         with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=seed > 1):
-            torch.testing.assert_close(compiled(**batch(seed)).logits, eager(**batch(seed)).logits, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                compiled(**batch(seed)).logits, eager(**batch(seed)).logits, rtol=1e-5, atol=1e-5
+            )
 
 
 def test_compiled_model_reads_no_data_for_shortcuts():
@@ -118,8 +122,10 @@ def test_eager_checks_still_refuse_bad_data():
         model(torch.zeros(1, 4, dtype=torch.long), token_type_ids=torch.full((1, 4), -1))
 
 
-@pytest.mark.parametrize("recipe, dynamic", [("pretrain.run_pretraining.PretrainingArguments", False),
-                                             ("finetune.run_glue.FinetuneArguments", None)])
+@pytest.mark.parametrize(
+    "recipe, dynamic",
+    [("pretrain.run_pretraining.PretrainingArguments", False), ("finetune.run_glue.FinetuneArguments", None)],
+)
 def test_torch_compile_flag_compiles_static_shapes_where_every_batch_has_one_shape(recipe, dynamic):
     """--torch_compile: the pretraining recipe's batches all have one shape (a memory from the second step on), so it
     compiles static graphs; finetuning pads each batch to its longest text, so it lets torch.compile go dynamic."""

@@ -11,18 +11,19 @@ import time
 
 import pytest
 from model_helpers import nan_at_training_forward
+from recipe_helpers import PRETRAIN as SCRIPT
+from recipe_helpers import assert_same_losses, read_metrics, tiny_args
 from safetensors.torch import load_file
-from recipe_helpers import PRETRAIN as SCRIPT, assert_same_losses, read_metrics, tiny_args
 
 from pretrain import run_pretraining
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
 
-
 def launch(args, env):
-    return subprocess.Popen([sys.executable, SCRIPT, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def lines_in(path):

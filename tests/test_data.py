@@ -60,8 +60,9 @@ def test_spread_documents_over_every_kind_of_corpus(tmp_path, n, limit):
     train_part = TextFileDocuments(path, hold_out=100 / (n + 1), part="train")
     held = list(TextFileDocuments(path, hold_out=100 / (n + 1), part="validation"))
     assert len(held) == 1 and train_part.num_documents() == n
-    assert spread_documents(train_part, limit) == spread_documents([t for t in texts + ["held out"] if t not in held],
-                                                                   limit)
+    assert spread_documents(train_part, limit) == spread_documents(
+        [t for t in texts + ["held out"] if t not in held], limit
+    )
     stream = datasets.Dataset.from_dict({"body": texts}).to_iterable_dataset()
     assert spread_documents(stream, limit, text_column="body") == texts[:limit]
     assert spread_documents(iter(texts), limit) == texts[:limit]
@@ -151,7 +152,9 @@ def test_stream_layout_and_continuity(tokenizer):
             reuse, a, b = check_example(ex, seq_len, reuse_len)
             start = row * row_len + step * reuse_len
             assert (reuse == tokens[start : start + reuse_len]).all(), "reuse part is not the row's next window"
-            assert (a == tokens[start + reuse_len : start + reuse_len + len(a)]).all(), "A does not follow the reused part"
+            assert (a == tokens[start + reuse_len : start + reuse_len + len(a)]).all(), (
+                "A does not follow the reused part"
+            )
             assert len(a) >= 1 and len(b) >= 1
             k = int(np.argmax(b != EOD))  # the other tokens are unique
             b_pos = np.flatnonzero(tokens == b[k])[0] - k
@@ -184,8 +187,9 @@ def test_ranks_take_disjoint_rows(tokenizer):
     docs = unique_corpus(300)
     kwargs = dict(seq_len=24, reuse_len=8, seed=5)
     whole = PretrainingStream(docs, tokenizer, batch_size=6, **kwargs).next_batch()
-    parts = [PretrainingStream(docs, tokenizer, batch_size=3, rank=r, world_size=2, **kwargs).next_batch()
-             for r in range(2)]
+    parts = [
+        PretrainingStream(docs, tokenizer, batch_size=3, rank=r, world_size=2, **kwargs).next_batch() for r in range(2)
+    ]
     reuse = [[tuple(ex["input_ids"][:8]) for ex in part] for part in parts]
     assert not set(reuse[0]) & set(reuse[1])
     assert reuse[0] + reuse[1] == [tuple(ex["input_ids"][:8]) for ex in whole]
@@ -215,8 +219,11 @@ def test_state_dict_resume_and_epochs(tokenizer):
     assert len(list(finite)) == n
     evals = build_eval_batches(docs, tokenizer, **kwargs)
     assert len(evals) == n
-    assert all((a["input_ids"] == b["input_ids"]).all()
-               for x, y in zip(evals, build_eval_batches(docs, tokenizer, **kwargs)) for a, b in zip(x, y))
+    assert all(
+        (a["input_ids"] == b["input_ids"]).all()
+        for x, y in zip(evals, build_eval_batches(docs, tokenizer, **kwargs))
+        for a, b in zip(x, y)
+    )
 
 
 def test_stream_errors(tokenizer):

@@ -32,11 +32,21 @@ def test_rotten_tomatoes_pretraining_text_is_the_training_movies_only(monkeypatc
     movie never, nor a training row whose text a held-out row repeats."""
     train_a = movie_in("train")
     train_b = movie_in("train", int(train_a.split()[1]) + 1)
-    rows = [("plot", "a plot of a", train_a), ("fresh", "good fun", train_a), ("plot", "held out plot", movie_in("test")),
-            ("rotten", "dull", train_b), ("fresh", "  ", train_b), ("rotten", "shared words", train_b),
-            ("fresh", "shared words", movie_in("validation")), ("rotten", "fine", train_a)]
-    monkeypatch.setattr(embedded_datasets, "_rotten_tomatoes_rows",
-                        lambda: [{"category": c, "text": t, "movie_name": m} for c, t, m in rows])
+    rows = [
+        ("plot", "a plot of a", train_a),
+        ("fresh", "good fun", train_a),
+        ("plot", "held out plot", movie_in("test")),
+        ("rotten", "dull", train_b),
+        ("fresh", "  ", train_b),
+        ("rotten", "shared words", train_b),
+        ("fresh", "shared words", movie_in("validation")),
+        ("rotten", "fine", train_a),
+    ]
+    monkeypatch.setattr(
+        embedded_datasets,
+        "_rotten_tomatoes_rows",
+        lambda: [{"category": c, "text": t, "movie_name": m} for c, t, m in rows],
+    )
     assert embedded_datasets.embedded_rotten_tomatoes_pretraining_texts() == ["a plot of a\ngood fun\nfine", "dull"]
 
 

@@ -14,17 +14,39 @@ import pytest
 import torch
 import transformers
 from accelerate import Accelerator
+from recipe_helpers import (
+    BAD,
+    FINETUNE,
+    GOOD,
+    cli,
+    command,
+    one_line_error,
+    run,
+    sentiment_rows,
+    write_rows,
+)
+from recipe_helpers import (
+    CLASSIFIER_TINY as TINY,
+)
+from recipe_helpers import (
+    REPO as ROOT,
+)
 
 import xlnet_lite
+from finetune import run_glue
 from xlnet_lite import glue_metrics
-from xlnet_lite.classification_data import (SegmentCollator, SegmentCountBatchSampler, Split, make_loader, pool_windows,
-                                           read_labels, text_labels, tokenize_split)
+from xlnet_lite.classification_data import (
+    SegmentCollator,
+    SegmentCountBatchSampler,
+    Split,
+    make_loader,
+    pool_windows,
+    read_labels,
+    text_labels,
+    tokenize_split,
+)
 from xlnet_lite.model_utils import reinit_top_layers
 from xlnet_lite.training import parameter_groups
-
-from finetune import run_glue
-from recipe_helpers import (BAD, CLASSIFIER_TINY as TINY, FINETUNE, GOOD, REPO as ROOT, cli, command, one_line_error, run,
-                            sentiment_rows, write_rows)
 
 pytestmark = [pytest.mark.recipes, pytest.mark.usefixtures("one_thread")]  # the recipes end to end, on one thread
 
@@ -101,8 +123,19 @@ def test_end_to_end_csv(tmp_path, pretrained):
 def test_learns_the_tiny_task(tmp_path, pretrained):
     """A few epochs on 24 sentences separate the two classes of the training data (the validation set here)."""
     train = write_rows(tmp_path / "train.jsonl", sentiment_rows(label=lambda good: int(good)))
-    results, _ = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--learning_rate", "3e-3",
-                     "--per_device_train_batch_size", "8", epochs=10)
+    results, _ = run(
+        tmp_path,
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--learning_rate",
+        "3e-3",
+        "--per_device_train_batch_size",
+        "8",
+        epochs=10,
+    )
     assert results["eval_accuracy"] >= 0.9
 
 
@@ -112,8 +145,17 @@ def test_eval_strategy_no_keeps_the_last_epoch_and_scores_validation_once(tmp_pa
     monkeypatch.setattr(run_glue, "evaluate", lambda *args, **kwargs: calls.append(1) or evaluate(*args, **kwargs))
     run(tmp_path / "every", pretrained, "--train_file", train, "--validation_file", train, epochs=3)
     assert len(calls) == 3
-    results, out = run(tmp_path / "last", pretrained, "--train_file", train, "--validation_file", train,
-                       "--eval_strategy", "no", epochs=3)
+    results, out = run(
+        tmp_path / "last",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--eval_strategy",
+        "no",
+        epochs=3,
+    )
     assert len(calls) == 4
     history = json.loads((out / "history.json").read_text())
     every = json.loads((tmp_path / "every" / "out" / "history.json").read_text())
@@ -125,10 +167,22 @@ def test_eval_strategy_no_keeps_the_last_epoch_and_scores_validation_once(tmp_pa
 
 
 def test_tsv_pairs_regression(tmp_path, pretrained):
-    rows = [{"sentence1": a, "sentence2": b, "label": float(i % 5)} for i, (a, b) in enumerate(zip(GOOD + BAD, BAD + GOOD))]
+    rows = [
+        {"sentence1": a, "sentence2": b, "label": float(i % 5)} for i, (a, b) in enumerate(zip(GOOD + BAD, BAD + GOOD))
+    ]
     train = write_rows(tmp_path / "train.tsv", rows)
-    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
-                       "--with_tracking", epochs=1)
+    results, out = run(
+        tmp_path,
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--test_file",
+        train,
+        "--with_tracking",
+        epochs=1,
+    )
     assert set(json.loads((out / "eval_results.json").read_text())) == {"pearson", "spearmanr", "mse"}
     model = transformers.AutoModelForSequenceClassification.from_pretrained(out)
     assert model.config.num_labels == 1 and model.config.problem_type == "regression"
@@ -141,17 +195,34 @@ def test_glue_task_layout_mnli(tmp_path, pretrained, monkeypatch):
     validation scored (accuracy, accuracy_mm), test labels (-1) ignored."""
     import datasets
 
-    features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
-                                  "idx": datasets.Value("int32")})
+    features = datasets.Features(
+        {
+            "premise": datasets.Value("string"),
+            "hypothesis": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
 
     def split(n, labelled=True):
-        return datasets.Dataset.from_dict({"premise": (GOOD + BAD)[:n], "hypothesis": (BAD + GOOD)[:n],
-                                           "label": [i % 3 if labelled else -1 for i in range(n)], "idx": list(range(n))},
-                                          features=features)
+        return datasets.Dataset.from_dict(
+            {
+                "premise": (GOOD + BAD)[:n],
+                "hypothesis": (BAD + GOOD)[:n],
+                "label": [i % 3 if labelled else -1 for i in range(n)],
+                "idx": list(range(n)),
+            },
+            features=features,
+        )
 
-    glue = datasets.DatasetDict({"train": split(12), "validation_matched": split(6), "validation_mismatched": split(5),
-                                 "test_matched": split(4, labelled=False)})
+    glue = datasets.DatasetDict(
+        {
+            "train": split(12),
+            "validation_matched": split(6),
+            "validation_mismatched": split(5),
+            "test_matched": split(4, labelled=False),
+        }
+    )
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or glue)
     results, out = run(tmp_path, pretrained, "--task_name", "mnli", epochs=1)
@@ -159,20 +230,41 @@ def test_glue_task_layout_mnli(tmp_path, pretrained, monkeypatch):
     assert set(json.loads((out / "eval_results.json").read_text())) == {"accuracy", "accuracy_mm"}
     assert not any(k.startswith("test_accuracy") for k in results)
     predictions = (out / "predict_results.tsv").read_text().splitlines()[1:]
-    assert len(predictions) == 4 and {p.split("\t")[1] for p in predictions} <= {"entailment", "neutral", "contradiction"}
+    assert len(predictions) == 4 and {p.split("\t")[1] for p in predictions} <= {
+        "entailment",
+        "neutral",
+        "contradiction",
+    }
 
 
 def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
     out = tmp_path / "out"
-    results = run_glue.main(["--config_name", str(pretrained), "--tokenizer_name", str(pretrained), "--train_file", train,
-                             "--output_dir", str(out), "--num_train_epochs", "2", "--layerwise_lr_decay", "0.5",
-                             "--dropout", "0.25"])
+    results = run_glue.main(
+        [
+            "--config_name",
+            str(pretrained),
+            "--tokenizer_name",
+            str(pretrained),
+            "--train_file",
+            train,
+            "--output_dir",
+            str(out),
+            "--num_train_epochs",
+            "2",
+            "--layerwise_lr_decay",
+            "0.5",
+            "--dropout",
+            "0.25",
+        ]
+    )
     assert "eval_accuracy" not in results and (out / "model.safetensors").is_file()
     assert json.loads((out / "config.json").read_text())["dropout"] == 0.25  # --dropout overrides the config's 0.1
     assert results["best_epoch"] == 2  # no validation split: the last epoch is the result
 
-    model = xlnet_lite.XLNetLiteForSequenceClassification(xlnet_lite.XLNetLiteConfig(vocab_size=60, **{**TINY, "n_layer": 3}))
+    model = xlnet_lite.XLNetLiteForSequenceClassification(
+        xlnet_lite.XLNetLiteConfig(vocab_size=60, **{**TINY, "n_layer": 3})
+    )
     groups = parameter_groups(model, learning_rate=1.0, weight_decay=0.01, layerwise_lr_decay=0.5)
     lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
     named = dict(model.named_parameters())
@@ -191,7 +283,8 @@ def test_random_init_from_config_and_layerwise_decay(tmp_path, pretrained):
 def test_reinit_top_layers_redraws_those_layers_only(untie_r):
     torch.manual_seed(0)
     model = xlnet_lite.XLNetLiteForSequenceClassification(
-        xlnet_lite.XLNetLiteConfig(vocab_size=60, untie_r=untie_r, **{**TINY, "n_layer": 3}))
+        xlnet_lite.XLNetLiteConfig(vocab_size=60, untie_r=untie_r, **{**TINY, "n_layer": 3})
+    )
     with torch.no_grad():  # every tensor away from its initial value (zero biases, LayerNorms at 1 and 0)
         for param in model.parameters():
             param.add_(0.5)
@@ -212,15 +305,21 @@ def test_reinit_top_layers_redraws_those_layers_only(untie_r):
 
 def test_finetuning_with_reinit_layers(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
-    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--reinit_layers", "2",
-                       epochs=1)
+    results, out = run(
+        tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--reinit_layers", "2", epochs=1
+    )
     assert "eval_accuracy" in results and (out / "model.safetensors").is_file()
     assert json.loads((out / "run_args.json").read_text())["reinit_layers"] == 2
 
 
-@pytest.mark.parametrize("extra,says", [(["--reinit_layers", "3"], "has 2 layers"),
-                                        (["--reinit_layers", "-1"], "must be >= 0"),
-                                        (["--reinit_layers", "1", "--config_name", "CONFIG"], "--config_name")])
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        (["--reinit_layers", "3"], "has 2 layers"),
+        (["--reinit_layers", "-1"], "must be >= 0"),
+        (["--reinit_layers", "1", "--config_name", "CONFIG"], "--config_name"),
+    ],
+)
 def test_bad_reinit_layers_is_one_line(tmp_path, pretrained, extra, says):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
     init = [] if "--config_name" in extra else ["--model_name_or_path", pretrained]
@@ -239,7 +338,17 @@ def test_converted_transformers_xlnet_checkpoint(tmp_path, pretrained):
     config = transformers.XLNetConfig(vocab_size=60, **TINY)
     transformers.XLNetLMHeadModel(config).save_pretrained(hf_dir)
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
-    results, out = run(tmp_path, hf_dir, "--tokenizer_name", str(pretrained), "--train_file", train, "--validation_file", train, epochs=1)
+    results, out = run(
+        tmp_path,
+        hf_dir,
+        "--tokenizer_name",
+        str(pretrained),
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        epochs=1,
+    )
     assert json.loads((out / "config.json").read_text())["model_type"] == "xlnet_lite"
     assert "eval_accuracy" in results
 
@@ -263,7 +372,9 @@ def test_checkpoint_resume_matches_uninterrupted_run(tmp_path, pretrained):
     history = json.loads((interrupted / "history.json").read_text())
     assert history == json.loads((out / "history.json").read_text())
     assert [h["step"] for h in history] == [3, 6]
-    assert {k: v for k, v in resumed.items() if "runtime" not in k} == {k: v for k, v in straight.items() if "runtime" not in k}
+    assert {k: v for k, v in resumed.items() if "runtime" not in k} == {
+        k: v for k, v in straight.items() if "runtime" not in k
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -293,7 +404,9 @@ def test_empty_file(tmp_path, pretrained):
 
 def test_unseen_validation_label(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
-    valid = write_rows(tmp_path / "valid.csv", [{"sentence": "so so", "label": "meh"}, {"sentence": "good", "label": "pos"}])
+    valid = write_rows(
+        tmp_path / "valid.csv", [{"sentence": "so so", "label": "meh"}, {"sentence": "good", "label": "pos"}]
+    )
     with pytest.raises(ValueError, match=r"valid\.csv.*`label`.*meh"):
         run(tmp_path, pretrained, "--train_file", train, "--validation_file", valid)
 
@@ -334,40 +447,68 @@ def test_head_tail_keeps_the_first_and_the_last_tokens(pretrained):
     assert len(full["input_ids"][0]) > 2 * L and len(full["input_ids"][1]) < L
     ht = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", head_len=H, max_samples=None)
     ids, types = full["input_ids"][0], full["token_type_ids"][0]
-    assert ht["input_ids"][0] == ids[:H] + ids[-(L - H):] and len(ht["input_ids"][0]) == L
-    assert ht["token_type_ids"][0] == types[:H] + types[-(L - H):]
+    assert ht["input_ids"][0] == ids[:H] + ids[-(L - H) :] and len(ht["input_ids"][0]) == L
+    assert ht["token_type_ids"][0] == types[:H] + types[-(L - H) :]
     assert ht["input_ids"][0][-2:] == tokenizer.convert_tokens_to_ids(["<sep>", "<cls>"])
     assert ht["input_ids"][1] == full["input_ids"][1] and ht["n_segments"] == [1, 1]
     quarter = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", max_samples=None)
-    assert quarter["input_ids"][0] == ids[:L // 4] + ids[-(L - L // 4):]
-    tail_only = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", head_len=0, max_samples=None)
+    assert quarter["input_ids"][0] == ids[: L // 4] + ids[-(L - L // 4) :]
+    tail_only = tokenize_split(
+        split, tokenizer, labels, "t.csv", max_len=L, mode="head_tail", head_len=0, max_samples=None
+    )
     assert tail_only["input_ids"][0] == ids[-L:]
     head = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="truncate", max_samples=None)
-    assert head["input_ids"][0][:L - 2] == ids[:L - 2] and head["input_ids"][0] != ht["input_ids"][0]
+    assert head["input_ids"][0][: L - 2] == ids[: L - 2] and head["input_ids"][0] != ht["input_ids"][0]
 
 
 def test_head_tail_mode_end_to_end(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.jsonl", long_rows())
-    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
-                       "--long_document_mode", "head_tail", epochs=1)
+    results, out = run(
+        tmp_path,
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--test_file",
+        train,
+        "--long_document_mode",
+        "head_tail",
+        epochs=1,
+    )
     assert results["long_document_mode"] == "head_tail" and results["head_len"] == 4  # a quarter of 16 tokens
     assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
 
 
-@pytest.mark.parametrize("extra,says", [(["--head_len", "3"], "--head_len is for --long_document_mode head_tail"),
-                                        (["--long_document_mode", "head_tail", "--head_len", "15"], "[0, max_seq_length - 2 = 14]"),
-                                        (["--long_document_mode", "head_tail", "PAIRS"], "`sentence1`, `sentence2`"),
-                                        (["--max_windows", "2"], "--max_windows is for --long_document_mode windows"),
-                                        (["--long_document_mode", "windows", "--max_windows", "0"], "--max_windows must be >= 1"),
-                                        (["--long_document_mode", "windows", "PAIRS"], "windows reads one text column")])
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        (["--head_len", "3"], "--head_len is for --long_document_mode head_tail"),
+        (["--long_document_mode", "head_tail", "--head_len", "15"], "[0, max_seq_length - 2 = 14]"),
+        (["--long_document_mode", "head_tail", "PAIRS"], "`sentence1`, `sentence2`"),
+        (["--max_windows", "2"], "--max_windows is for --long_document_mode windows"),
+        (["--long_document_mode", "windows", "--max_windows", "0"], "--max_windows must be >= 1"),
+        (["--long_document_mode", "windows", "PAIRS"], "windows reads one text column"),
+    ],
+)
 def test_bad_head_tail_is_one_line(tmp_path, pretrained, extra, says):
     rows = sentiment_rows(1)
     if "PAIRS" in extra:
         rows = [{"sentence1": r["sentence"], "sentence2": r["sentence"], "label": r["label"]} for r in rows]
     train = write_rows(tmp_path / "train.csv", rows)
     extra = [x for x in extra if x != "PAIRS"]
-    result = command(FINETUNE, "--model_name_or_path", pretrained, "--max_seq_length", "16", *extra,
-                     "--train_file", train, "--output_dir", tmp_path / "out")
+    result = command(
+        FINETUNE,
+        "--model_name_or_path",
+        pretrained,
+        "--max_seq_length",
+        "16",
+        *extra,
+        "--train_file",
+        train,
+        "--output_dir",
+        tmp_path / "out",
+    )
     one_line_error(result, says)
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
@@ -382,7 +523,9 @@ def test_windows_tile_the_text_each_closed_like_a_truncated_one(pretrained):
     short text is one window; text_labels gives one label per text."""
     tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
     long_text, short_text = " . ".join(GOOD + BAD), GOOD[0]
-    split = Split(datasets.Dataset.from_dict({"sentence": [short_text, long_text, short_text], "label": [0, 1, 0]}), "t.csv")
+    split = Split(
+        datasets.Dataset.from_dict({"sentence": [short_text, long_text, short_text], "label": [0, 1, 0]}), "t.csv"
+    )
     labels = read_labels(split)
     L = 16
     full = tokenizer(long_text)
@@ -400,7 +543,9 @@ def test_windows_tile_the_text_each_closed_like_a_truncated_one(pretrained):
     assert all(len(r) == L for r in rows[:-1]) and len(rows[-1]) <= L
     assert win["input_ids"][0] == head["input_ids"][0] == tokenizer(short_text)["input_ids"]
     assert text_labels(win) == [0, 1, 0] == text_labels(head)
-    capped = tokenize_split(split, tokenizer, labels, "t.csv", max_len=L, mode="windows", max_samples=None, max_windows=2)
+    capped = tokenize_split(
+        split, tokenizer, labels, "t.csv", max_len=L, mode="windows", max_samples=None, max_windows=2
+    )
     assert capped["text_index"] == [0, 1, 1, 2] and capped["input_ids"][1:3] == rows[:2]
 
 
@@ -420,20 +565,30 @@ def test_windows_predictions_pool_each_window_classified_alone(pretrained):
     order the evaluation batches take."""
     tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
     rows = long_rows(n_docs=6)
-    split = Split(datasets.Dataset.from_dict({"sentence": [r["sentence"] for r in rows], "label": [r["label"] for r in rows]}), "t")
+    split = Split(
+        datasets.Dataset.from_dict({"sentence": [r["sentence"] for r in rows], "label": [r["label"] for r in rows]}),
+        "t",
+    )
     dataset = tokenize_split(split, tokenizer, read_labels(split), "t", max_len=12, mode="windows", max_samples=None)
     assert len(dataset) > 2 * len(rows)
     collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, 12)
     torch.manual_seed(0)
     # mean pooling and a large head: windows of one text get different classes (a <cls> head barely tells them apart)
-    model = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(pretrained, num_labels=3, summary_type="mean").eval()
+    model = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(
+        pretrained, num_labels=3, summary_type="mean"
+    ).eval()
     torch.nn.init.normal_(model.logits_proj.weight, std=3.0)
     accelerator = Accelerator(cpu=True)
-    predictions = run_glue.predict(model, make_loader(dataset, collator, batch_size=4, shuffle=False, seed=0)[0],
-                                   accelerator, is_regression=False)
+    predictions = run_glue.predict(
+        model, make_loader(dataset, collator, batch_size=4, shuffle=False, seed=0)[0], accelerator, is_regression=False
+    )
     with torch.no_grad():
-        alone = np.stack([run_glue.classify(model, collator([dataset[i]]), accelerator).logits[0].numpy()
-                          for i in range(len(dataset))])
+        alone = np.stack(
+            [
+                run_glue.classify(model, collator([dataset[i]]), accelerator).logits[0].numpy()
+                for i in range(len(dataset))
+            ]
+        )
     probs = torch.tensor(alone).softmax(-1).numpy()
     expected = [probs[np.array(dataset["text_index"]) == t].mean(0).argmax() for t in range(len(rows))]
     assert predictions.tolist() == expected and len(predictions) == len(rows)
@@ -443,12 +598,27 @@ def test_windows_predictions_pool_each_window_classified_alone(pretrained):
 
 def test_windows_mode_end_to_end(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.jsonl", long_rows())
-    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
-                       "--long_document_mode", "windows", "--max_windows", "3", epochs=1)
+    results, out = run(
+        tmp_path,
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--test_file",
+        train,
+        "--long_document_mode",
+        "windows",
+        "--max_windows",
+        "3",
+        epochs=1,
+    )
     assert results["long_document_mode"] == "windows" and results["max_windows"] == 3
     assert results["train_samples"] == len(long_rows()) < results["train_windows"] <= 3 * len(long_rows())
     assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
-    assert round(results["test_accuracy"] * len(long_rows()), 6).is_integer()  # a share of the texts, not of the windows
+    assert round(
+        results["test_accuracy"] * len(long_rows()), 6
+    ).is_integer()  # a share of the texts, not of the windows
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -468,8 +638,21 @@ def long_rows(n_docs=8, sentences=6):
 
 def test_mems_mode_end_to_end(tmp_path, pretrained):
     train = write_rows(tmp_path / "train.jsonl", long_rows())
-    results, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--test_file", train,
-                       "--long_document_mode", "mems", "--mems_backprop", "all", epochs=1)
+    results, out = run(
+        tmp_path,
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--test_file",
+        train,
+        "--long_document_mode",
+        "mems",
+        "--mems_backprop",
+        "all",
+        epochs=1,
+    )
     assert results["long_document_mode"] == "mems" and "test_accuracy" in results
     assert len((out / "predict_results.tsv").read_text().splitlines()) == 1 + len(long_rows())
 
@@ -481,8 +664,10 @@ def test_mems_mode_segments_and_memory(pretrained):
     texts = [" . ".join(GOOD), " . ".join(BAD[::-1]), " . ".join(GOOD[::-1] + BAD[:1])]
     enc = tokenizer(texts)
     S = 40
-    rows = [{"input_ids": ids, "token_type_ids": tt, "index": i, "n_segments": math.ceil(len(ids) / S), "labels": 0}
-            for i, (ids, tt) in enumerate(zip(enc["input_ids"], enc["token_type_ids"]))]
+    rows = [
+        {"input_ids": ids, "token_type_ids": tt, "index": i, "n_segments": math.ceil(len(ids) / S), "labels": 0}
+        for i, (ids, tt) in enumerate(zip(enc["input_ids"], enc["token_type_ids"]))
+    ]
     assert len({r["n_segments"] for r in rows}) == 1 and rows[0]["n_segments"] >= 3, [len(i) for i in enc["input_ids"]]
     collator = SegmentCollator(tokenizer.pad_token_id, tokenizer.pad_token_type_id, S)
     batch = collator(rows)
@@ -490,8 +675,10 @@ def test_mems_mode_segments_and_memory(pretrained):
     assert tuple(batch["prefix_input_ids"].shape) == (3, n - 1, S)
     sep, cls = tokenizer.convert_tokens_to_ids(["<sep>", "<cls>"])
     assert batch["input_ids"][:, -2:].tolist() == [[sep, cls]] * 3
-    assert torch.equal(torch.cat([batch["prefix_input_ids"][0].flatten(), batch["input_ids"][0][batch["attention_mask"][0] == 1]]),
-                       torch.tensor(enc["input_ids"][0]))
+    assert torch.equal(
+        torch.cat([batch["prefix_input_ids"][0].flatten(), batch["input_ids"][0][batch["attention_mask"][0] == 1]]),
+        torch.tensor(enc["input_ids"][0]),
+    )
 
     config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), **{**TINY, "num_labels": 2})
     torch.manual_seed(0)
@@ -511,7 +698,9 @@ def test_mems_mode_segments_and_memory(pretrained):
     for backprop_all, reaches in ((False, False), (True, True)):
         model.zero_grad()
         run_glue.classify(model, batch, accelerator, backprop_all=backprop_all).logits.sum().backward()
-        first_segment_only = sorted(set(batch["prefix_input_ids"][:, 0].flatten().tolist()) - set(batch["input_ids"].flatten().tolist()))
+        first_segment_only = sorted(
+            set(batch["prefix_input_ids"][:, 0].flatten().tolist()) - set(batch["input_ids"].flatten().tolist())
+        )
         assert first_segment_only
         assert bool(embedding.grad[first_segment_only].abs().sum() > 0) == reaches
 
@@ -563,10 +752,16 @@ def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order(
     rng = np.random.default_rng(0)
     lengths = rng.integers(3, 30, size=23).tolist()
     S = 12
-    rows = {"input_ids": [rng.integers(5, 60, size=n).tolist() for n in lengths],
-            "token_type_ids": [[0] * (n - 2) + [1, 2] for n in lengths], "index": list(range(len(lengths))),
-            "n_segments": [math.ceil(n / S) for n in lengths], "labels": [0.5] * len(lengths)}
-    dataset = datasets.Dataset.from_dict(rows).select(list(range(len(lengths)))[::-1])  # an index map: the lengths must follow it
+    rows = {
+        "input_ids": [rng.integers(5, 60, size=n).tolist() for n in lengths],
+        "token_type_ids": [[0] * (n - 2) + [1, 2] for n in lengths],
+        "index": list(range(len(lengths))),
+        "n_segments": [math.ceil(n / S) for n in lengths],
+        "labels": [0.5] * len(lengths),
+    }
+    dataset = datasets.Dataset.from_dict(rows).select(
+        list(range(len(lengths)))[::-1]
+    )  # an index map: the lengths must follow it
     collator = SegmentCollator(0, 4, S)
     loader, sampler = make_loader(dataset, collator, batch_size=4, shuffle=False, seed=0)
     batches = list(sampler)
@@ -583,8 +778,10 @@ def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order(
     accelerator = Accelerator(cpu=True)
     scores = run_glue.predict(model, loader, accelerator, is_regression=True)
     with torch.no_grad():
-        alone = {dataset[i]["index"]: run_glue.classify(model, collator([dataset[i]]), accelerator).logits.item()
-                 for i in range(len(dataset))}
+        alone = {
+            dataset[i]["index"]: run_glue.classify(model, collator([dataset[i]]), accelerator).logits.item()
+            for i in range(len(dataset))
+        }
     alone = [alone[i] for i in range(len(alone))]  # predict() orders by the `index` column
     np.testing.assert_allclose(scores, alone, rtol=1e-5, atol=1e-6)
     assert len(set(np.round(alone, 6))) == len(alone)  # every example scores differently: an order mix-up would show
@@ -595,8 +792,20 @@ def test_the_eval_order_benchmark_finds_the_same_predictions_with_less_padding(p
     predictions agree score for score is the test above's)."""
     from benchmarks import bench_eval_order
 
-    report = bench_eval_order.main(["--model", str(pretrained), "--embedded_task", "rotten_tomatoes", "--repeats", "1",
-                                    "--max_seq_length", "64", "--out", str(tmp_path / "order.json")])
+    report = bench_eval_order.main(
+        [
+            "--model",
+            str(pretrained),
+            "--embedded_task",
+            "rotten_tomatoes",
+            "--repeats",
+            "1",
+            "--max_seq_length",
+            "64",
+            "--out",
+            str(tmp_path / "order.json"),
+        ]
+    )
     orders = report["orders"]
     assert report["examples"] == 1399 and report["predictions_differing"] == 0
     assert orders["longest first"]["accuracy"] == orders["dataset order"]["accuracy"]
@@ -609,8 +818,24 @@ def test_the_classifier_benchmark_times_three_models_with_the_same_logits(tmp_pa
     layer) built with the same weights, timed, their logits equal, the JSON written."""
     from benchmarks import bench_classifier
 
-    report = bench_classifier.main(["--model_size", "tiny", "--batch_size", "4", "--max_seq_length", "16", "--runs", "2",
-                                    "--warmup", "0", "--threads", "1", "--out", str(tmp_path / "classifier.json")])
+    report = bench_classifier.main(
+        [
+            "--model_size",
+            "tiny",
+            "--batch_size",
+            "4",
+            "--max_seq_length",
+            "16",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path / "classifier.json"),
+        ]
+    )
     assert set(report["variants"]) == set(bench_classifier.VARIANTS)
     for row in report["variants"].values():
         assert len(row["runs"]["train_step_s"]) == 2 and row["train_step_s"] > 0 and row["inference_s"] > 0
@@ -640,18 +865,47 @@ def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
     write_rows(tmp_path / "train.csv", rows)
     write_rows(tmp_path / "dev.csv", rows[:7])
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(ROOT / "finetune" / "run_glue.py"), "--model_name_or_path", str(pretrained), "--train_file",
-           str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "dev.csv"), "--output_dir", str(tmp_path / "out"),
-           "--num_train_epochs", "2", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
-           "--max_seq_length", "16", "--learning_rate", "1e-3", "--num_warmup_steps", "1", "--logging_steps", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "finetune" / "run_glue.py"),
+        "--model_name_or_path",
+        str(pretrained),
+        "--train_file",
+        str(tmp_path / "train.csv"),
+        "--validation_file",
+        str(tmp_path / "dev.csv"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--num_train_epochs",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--max_seq_length",
+        "16",
+        "--learning_rate",
+        "1e-3",
+        "--num_warmup_steps",
+        "1",
+        "--logging_steps",
+        "1",
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     history = json.loads((tmp_path / "out" / "history.json").read_text())
     assert [(h["step"], h["epoch"]) for h in history] == [(2, 1), (4, 2)]
     assert all(round(h["eval_accuracy"] * 7, 6).is_integer() for h in history)  # a share of the 7 examples
-    rates = [m["learning_rate"] for m in map(json.loads, (tmp_path / "out" / "metrics.jsonl").read_text().splitlines())
-             if "learning_rate" in m]
+    rates = [
+        m["learning_rate"]
+        for m in map(json.loads, (tmp_path / "out" / "metrics.jsonl").read_text().splitlines())
+        if "learning_rate" in m
+    ]
     assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it
 
 
@@ -661,12 +915,18 @@ def test_window_average_probe_reads_the_recipes_windows(pretrained):
     from benchmarks.probe_window_average import window_rows
 
     tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
-    data = datasets.Dataset.from_dict({"sentence": [GOOD[0], " . ".join(GOOD + BAD), " . ".join(BAD)], "label": [1, 1, 0]})
+    data = datasets.Dataset.from_dict(
+        {"sentence": [GOOD[0], " . ".join(GOOD + BAD), " . ".join(BAD)], "label": [1, 1, 0]}
+    )
     L = 16
     dataset, owner, position = window_rows(tokenizer, data, max_len=L, max_windows=4)
-    head = tokenize_split(Split(data, "t"), tokenizer, read_labels(Split(data, "t")), "t", max_len=L, mode="truncate", max_samples=None)
+    head = tokenize_split(
+        Split(data, "t"), tokenizer, read_labels(Split(data, "t")), "t", max_len=L, mode="truncate", max_samples=None
+    )
     n = np.bincount(owner)
     assert n[0] == 1 and n[1] == 4 and n[2] > 1 and owner.tolist() == dataset["text_index"]
     assert position.tolist() == [k for count in n for k in range(count)]
     first = [dataset[int(i)] for i in np.flatnonzero(position == 0)]
-    assert [r["input_ids"] for r in first] == head["input_ids"] and [r["token_type_ids"] for r in first] == head["token_type_ids"]
+    assert [r["input_ids"] for r in first] == head["input_ids"] and [r["token_type_ids"] for r in first] == head[
+        "token_type_ids"
+    ]

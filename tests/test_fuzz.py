@@ -29,10 +29,16 @@ def forward_inputs(draw):
     wrong = lambda n: draw(st.sampled_from([n, n, n, n + 1, max(n - 1, 0)]))  # mostly right, sometimes off by one
     inputs = {}
     if draw(st.booleans()):
-        inputs["input_ids"] = torch.randint(-1 if draw(st.booleans()) else 0, 97 + draw(st.integers(0, 1)), (B, wrong(T)))
+        inputs["input_ids"] = torch.randint(
+            -1 if draw(st.booleans()) else 0, 97 + draw(st.integers(0, 1)), (B, wrong(T))
+        )
     else:
-        inputs["inputs_embeds"] = torch.randn(B, wrong(T), draw(st.sampled_from([32, 32, 16])),
-                                              dtype=draw(st.sampled_from([torch.float32, torch.float64])))
+        inputs["inputs_embeds"] = torch.randn(
+            B,
+            wrong(T),
+            draw(st.sampled_from([32, 32, 16])),
+            dtype=draw(st.sampled_from([torch.float32, torch.float64])),
+        )
     dtype = st.sampled_from(MASK_DTYPES)
     if draw(st.booleans()):
         inputs["perm_mask"] = (torch.rand(wrong(B), wrong(T), wrong(T)) > 0.5).to(draw(dtype))
@@ -52,7 +58,9 @@ def forward_inputs(draw):
         mask[:, : draw(st.integers(0, T))] = 0
         inputs["attention_mask"] = mask.to(draw(dtype))
     if draw(st.booleans()):
-        inputs["token_type_ids"] = torch.randint(0, 3, (B, wrong(T))).to(draw(st.sampled_from([torch.long, torch.int32, torch.float32])))
+        inputs["token_type_ids"] = torch.randint(0, 3, (B, wrong(T))).to(
+            draw(st.sampled_from([torch.long, torch.int32, torch.float32]))
+        )
     if draw(st.booleans()):
         M = draw(st.integers(0, 4))
         inputs["mems"] = [torch.randn(wrong(B), M, draw(st.sampled_from([32, 32, 8]))) for _ in range(wrong(2))]
@@ -61,7 +69,12 @@ def forward_inputs(draw):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(forward_inputs(), st.sampled_from(["eager", "sdpa", "flex_attention"]), st.sampled_from(["bi", "uni"]), st.booleans())
+@given(
+    forward_inputs(),
+    st.sampled_from(["eager", "sdpa", "flex_attention"]),
+    st.sampled_from(["bi", "uni"]),
+    st.booleans(),
+)
 def test_lm_forward_fuzz(inputs, impl, attn_type, bi_data):
     model = model_for(XLNetLiteLMHeadModel, attn_type=attn_type, bi_data=bi_data, mem_len=5)
     model.config._attn_implementation = impl
@@ -107,8 +120,14 @@ def collator_examples(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(collator_examples(), st.sampled_from([None, 2, 4]), st.sampled_from([None, 1, 2]),
-       st.floats(0.05, 0.9), st.integers(1, 5), st.integers(0, 100))
+@given(
+    collator_examples(),
+    st.sampled_from([None, 2, 4]),
+    st.sampled_from([None, 1, 2]),
+    st.floats(0.05, 0.9),
+    st.integers(1, 5),
+    st.integers(0, 100),
+)
 def test_collator_fuzz(examples, reuse_len, perm_size, plm_probability, max_span_length, seed):
     from test_collator import WORDS  # noqa: F401  (the same toy vocabulary)
     from tokenizers import Tokenizer, models
@@ -116,11 +135,21 @@ def test_collator_fuzz(examples, reuse_len, perm_size, plm_probability, max_span
     from xlnet_lite.collator import DataCollatorForXLNetPretraining
     from xlnet_lite.tokenization_xlnet_lite import SPECIAL_TOKENS, wrap_tokenizer
 
-    vocab = [(t, 0.0) for t in SPECIAL_TOKENS] + [(f"▁w{i}", -1.0) for i in range(40)] + [(f"x{i}", -2.0) for i in range(40)]
+    vocab = (
+        [(t, 0.0) for t in SPECIAL_TOKENS]
+        + [(f"▁w{i}", -1.0) for i in range(40)]
+        + [(f"x{i}", -2.0) for i in range(40)]
+    )
     tokenizer = wrap_tokenizer(Tokenizer(models.Unigram(vocab, unk_id=0)))
     try:
-        collator = DataCollatorForXLNetPretraining(tokenizer, plm_probability=plm_probability, reuse_len=reuse_len,
-                                                   perm_size=perm_size, max_span_length=max_span_length, seed=seed)
+        collator = DataCollatorForXLNetPretraining(
+            tokenizer,
+            plm_probability=plm_probability,
+            reuse_len=reuse_len,
+            perm_size=perm_size,
+            max_span_length=max_span_length,
+            seed=seed,
+        )
         out = collator(examples)
     except ValueError as error:
         assert str(error)

@@ -31,8 +31,11 @@ def assert_same_generation(a, b):
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa", "flex_attention"])
-@pytest.mark.parametrize("overrides", [{}, {"mem_len": 6}, {"clamp_len": 3}, {"bi_data": True}],
-                         ids=["plain", "mem_len", "clamp_len", "bi_data"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"mem_len": 6}, {"clamp_len": 3}, {"bi_data": True}],
+    ids=["plain", "mem_len", "clamp_len", "bi_data"],
+)
 def test_greedy_equals_transformers(impl, overrides):
     hf, lite = twins(**overrides)
     lite.config._attn_implementation = impl
@@ -101,7 +104,7 @@ def test_end_of_sequence_stops_a_row_and_pads_it():
     a, b = generate(hf, prompt(), eos_token_id=eos), generate(lite, prompt(), eos_token_id=eos)
     assert torch.equal(a.sequences, b.sequences)
     first = int((b.sequences[0, 7:] == eos).nonzero()[0])
-    assert first <= 3 and (b.sequences[0, 7 + first + 1:] == PAD).all()
+    assert first <= 3 and (b.sequences[0, 7 + first + 1 :] == PAD).all()
 
 
 def test_predict_next_is_the_dummy_token_prediction():
@@ -121,8 +124,13 @@ def test_predict_next_is_the_dummy_token_prediction():
             perm_mask[:, :, -1] = 1
             target_mapping = torch.zeros(B, 1, T + 1)
             target_mapping[:, 0, -1] = 1
-            slow = lite(torch.cat([ids, torch.zeros(B, 1, dtype=torch.long)], 1), mems=mems, perm_mask=perm_mask,
-                        target_mapping=target_mapping, attention_mask=torch.cat([attention_mask, torch.ones(B, 1)], 1)).logits
+            slow = lite(
+                torch.cat([ids, torch.zeros(B, 1, dtype=torch.long)], 1),
+                mems=mems,
+                perm_mask=perm_mask,
+                target_mapping=target_mapping,
+                attention_mask=torch.cat([attention_mask, torch.ones(B, 1)], 1),
+            ).logits
         torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
 
 
@@ -137,7 +145,9 @@ def test_each_step_feeds_two_tokens_and_never_reprojects_the_memory():
     handle.remove()
     assert fed == [9, 2, 2, 2, 2, 2]
 
-    lite.requires_grad_(False)  # FlopCounterMode's module tracker trips on parameters passed to submodules under no_grad
+    lite.requires_grad_(
+        False
+    )  # FlopCounterMode's module tracker trips on parameters passed to submodules under no_grad
 
     def step_flops(memory):
         ids = prompt(batch=2, length=memory + 1)
@@ -162,10 +172,13 @@ def test_the_cache_is_returned_and_grows_by_one_a_step():
     assert cache.seen_tokens == 9 + 2 * 5  # the prompt, then two tokens a step
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(inputs_embeds=torch.zeros(3, 7, 32)), "input_ids and attention_mask only"),
-    (dict(token_type_ids=torch.zeros(3, 7, dtype=torch.long)), "input_ids and attention_mask only"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(inputs_embeds=torch.zeros(3, 7, 32)), "input_ids and attention_mask only"),
+        (dict(token_type_ids=torch.zeros(3, 7, dtype=torch.long)), "input_ids and attention_mask only"),
+    ],
+)
 def test_generate_refuses_what_it_cannot_use(kwargs, message):
     _, lite = twins()
     with pytest.raises(ValueError, match=message):

@@ -77,19 +77,36 @@ def squad():
 HEADS = {
     "XLNetModel": ({}, lambda: dict(input_ids=ids(), **segments_and_left_padding((B, T))), ["last_hidden_state"]),
     "XLNetLMHeadModel": ({}, lambda: dict(input_ids=ids(), **two_stream()), ["logits", "loss"]),
-    "XLNetForSequenceClassification": ({"num_labels": 3}, lambda: dict(
-        input_ids=ids(), labels=ids(1, (B,)) % 3, **segments_and_left_padding((B, T))), ["logits", "loss"]),
-    "XLNetForTokenClassification": ({"num_labels": 5}, lambda: dict(
-        input_ids=ids(), labels=ids(1) % 5, **segments_and_left_padding((B, T))), ["logits", "loss"]),
-    "XLNetForMultipleChoice": ({}, lambda: dict(
-        input_ids=ids(shape=(B, C, T)), labels=ids(1, (B,)) % C, **segments_and_left_padding((B, C, T))),
-        ["logits", "loss"]),
-    "XLNetForQuestionAnsweringSimple": ({}, lambda: dict(
-        input_ids=ids(), start_positions=ids(1, (B,)) % T, end_positions=ids(2, (B,)) % T,
-        **segments_and_left_padding((B, T))), ["start_logits", "end_logits", "loss"]),
-    "XLNetForQuestionAnswering": ({"start_n_top": 3, "end_n_top": 2}, lambda: dict(
-        input_ids=ids(), **squad(), **segments_and_left_padding((B, T))),
-        ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits"]),
+    "XLNetForSequenceClassification": (
+        {"num_labels": 3},
+        lambda: dict(input_ids=ids(), labels=ids(1, (B,)) % 3, **segments_and_left_padding((B, T))),
+        ["logits", "loss"],
+    ),
+    "XLNetForTokenClassification": (
+        {"num_labels": 5},
+        lambda: dict(input_ids=ids(), labels=ids(1) % 5, **segments_and_left_padding((B, T))),
+        ["logits", "loss"],
+    ),
+    "XLNetForMultipleChoice": (
+        {},
+        lambda: dict(input_ids=ids(shape=(B, C, T)), labels=ids(1, (B,)) % C, **segments_and_left_padding((B, C, T))),
+        ["logits", "loss"],
+    ),
+    "XLNetForQuestionAnsweringSimple": (
+        {},
+        lambda: dict(
+            input_ids=ids(),
+            start_positions=ids(1, (B,)) % T,
+            end_positions=ids(2, (B,)) % T,
+            **segments_and_left_padding((B, T)),
+        ),
+        ["start_logits", "end_logits", "loss"],
+    ),
+    "XLNetForQuestionAnswering": (
+        {"start_n_top": 3, "end_n_top": 2},
+        lambda: dict(input_ids=ids(), **squad(), **segments_and_left_padding((B, T))),
+        ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits"],
+    ),
 }
 
 
@@ -137,8 +154,9 @@ def test_training_gradients_are_the_same_on_every_kernel_on_cuda(impl):
 
 def step(model, autocast):
     with torch.autocast(CUDA, dtype=torch.bfloat16, enabled=autocast):
-        out = model(ids(), token_type_ids=segments_and_left_padding((B, T))["token_type_ids"], use_mems=True,
-                    **two_stream())
+        out = model(
+            ids(), token_type_ids=segments_and_left_padding((B, T))["token_type_ids"], use_mems=True, **two_stream()
+        )
         out2 = model(ids(2), mems=out.mems, **two_stream())
     loss = out.loss + out2.loss
     loss.backward()
@@ -182,8 +200,21 @@ def test_generate_equals_transformers_on_cuda(impl, overrides):
 
 def launch(script, *args, timeout=600):
     """A recipe through `accelerate launch` on one GPU in bf16."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-           "--mixed_precision", "bf16", "--dynamo_backend", "no", script, *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "bf16",
+        "--dynamo_backend",
+        "no",
+        script,
+        *map(str, args),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=timeout)
 
 
@@ -207,9 +238,25 @@ def test_pretraining_recipe_trains_on_the_gpu_in_bf16_and_resumes(corpus, tmp_pa
 
 def test_finetuning_recipe_trains_on_the_gpu_in_bf16(pretrained, tmp_path):
     train = write_rows(tmp_path / "train.csv", sentiment_rows())
-    done = launch(FINETUNE, "--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train,
-                  "--output_dir", tmp_path / "out", "--num_train_epochs", 2, "--per_device_train_batch_size", 4,
-                  "--learning_rate", "1e-3", "--max_seq_length", 16)
+    done = launch(
+        FINETUNE,
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--output_dir",
+        tmp_path / "out",
+        "--num_train_epochs",
+        2,
+        "--per_device_train_batch_size",
+        4,
+        "--learning_rate",
+        "1e-3",
+        "--max_seq_length",
+        16,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "all_results.json").read_text())
     assert results["epochs"] == 2 and 0.0 <= results["eval_accuracy"] <= 1.0
@@ -232,8 +279,14 @@ def test_triton_kernels_at_base_head_size_over_many_tiles(dtype):
     def rand(*shape, scale=1.0):
         return (scale * torch.randn(*shape, generator=gen)).to(CUDA)
 
-    exact = [rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, K, D),
-             rand(batch, N, K, D), rand(1, N, D, Q + K), rand(batch, N, Q, scale=0.1)]
+    exact = [
+        rand(batch, N, Q, D, scale=D**-0.5),
+        rand(batch, N, Q, D, scale=D**-0.5),
+        rand(batch, N, K, D),
+        rand(batch, N, K, D),
+        rand(1, N, D, Q + K),
+        rand(batch, N, Q, scale=0.1),
+    ]
     exact = [t.requires_grad_() for t in exact]
     given = [t.detach().to(dtype).requires_grad_() for t in exact]
     seg_q = torch.randint(0, 2, (batch, Q), generator=gen).to(CUDA)

@@ -16,7 +16,6 @@ import transformers
 from model_helpers import BLOCK_XLNET_LITE, TINY, randomise, run_both, segments_and_left_padding, twins
 
 import xlnet_lite
-from xlnet_lite.modeling_xlnet_lite import CACHE_NAME
 from xlnet_lite import (
     XLNetLiteConfig,
     XLNetLiteForMultipleChoice,
@@ -24,6 +23,7 @@ from xlnet_lite import (
     XLNetLiteForQuestionAnsweringSimple,
     XLNetLiteForTokenClassification,
 )
+from xlnet_lite.modeling_xlnet_lite import CACHE_NAME
 
 B, T, C = 4, 12, 3
 ATOL = 1e-4
@@ -53,8 +53,14 @@ def test_token_classification(impl):
 
 def test_multiple_choice(impl):
     hf, lite = twins("XLNetForMultipleChoice")
-    a, b = run_both(hf, lite, impl, input_ids=ids(shape=(B, C, T)), labels=torch.tensor([0, 2, 1, 2]),
-                    **segments_and_left_padding((B, C, T)))
+    a, b = run_both(
+        hf,
+        lite,
+        impl,
+        input_ids=ids(shape=(B, C, T)),
+        labels=torch.tensor([0, 2, 1, 2]),
+        **segments_and_left_padding((B, C, T)),
+    )
     assert b.logits.shape == (B, C)
     close(a.logits, b.logits)
     close(a.loss, b.loss)
@@ -120,8 +126,15 @@ def test_outputs_mems_hidden_states_attentions_and_tuples():
     close(a2[1], b2[1])
 
 
-@pytest.mark.parametrize("cls_name", ["XLNetForTokenClassification", "XLNetForMultipleChoice",
-                                      "XLNetForQuestionAnsweringSimple", "XLNetForQuestionAnswering"])
+@pytest.mark.parametrize(
+    "cls_name",
+    [
+        "XLNetForTokenClassification",
+        "XLNetForMultipleChoice",
+        "XLNetForQuestionAnsweringSimple",
+        "XLNetForQuestionAnswering",
+    ],
+)
 def test_round_trip_to_transformers(cls_name):
     hf, lite = twins(cls_name)
     back = xlnet_lite.to_hf_xlnet(lite).eval()
@@ -147,8 +160,11 @@ HEADS = [
     (XLNetLiteForTokenClassification, "AutoModelForTokenClassification", {"input_ids": ids()}),
     (XLNetLiteForMultipleChoice, "AutoModelForMultipleChoice", {"input_ids": ids(shape=(2, C, T))}),
     (XLNetLiteForQuestionAnsweringSimple, "AutoModelForQuestionAnswering", {"input_ids": ids()}),
-    (XLNetLiteForQuestionAnswering, "AutoModelForQuestionAnswering",
-     {"input_ids": ids(), "cls_index": torch.zeros(B, dtype=torch.long)}),
+    (
+        XLNetLiteForQuestionAnswering,
+        "AutoModelForQuestionAnswering",
+        {"input_ids": ids(), "cls_index": torch.zeros(B, dtype=torch.long)},
+    ),
 ]
 
 
@@ -175,7 +191,8 @@ def test_auto_classes_in_process(tmp_path):
     squad = save_head(tmp_path / "squad", XLNetLiteForQuestionAnswering)
     assert type(XLNetLiteForQuestionAnswering.from_pretrained(tmp_path / "squad")) is XLNetLiteForQuestionAnswering
     assert json.loads((tmp_path / "squad" / "config.json").read_text())["auto_map"][
-        "AutoModelForQuestionAnswering"].endswith("XLNetLiteForQuestionAnswering")
+        "AutoModelForQuestionAnswering"
+    ].endswith("XLNetLiteForQuestionAnswering")
     assert squad.config.start_n_top == 3
 
 
@@ -206,8 +223,9 @@ def test_trust_remote_code_in_a_fresh_process(tmp_path):
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", REMOTE, *argv], cwd=workdir, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE, *argv], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for cls, _, _ in HEADS:
         assert "transformers_modules" in result.stdout and f" {cls.__name__}\n" in result.stdout
@@ -223,7 +241,9 @@ def word_tagging_data(num_sentences=24, words_per_sentence=6, seed=0):
     """Sentences of made-up words, each word 1-3 sub-word pieces (ids 10..96); each word has one of 3 tags. Labels:
     the tag on a word's first piece, -100 on its other pieces."""
     gen = torch.Generator().manual_seed(seed)
-    lexicon = [torch.randint(10, 97, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen) for _ in range(12)]
+    lexicon = [
+        torch.randint(10, 97, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen) for _ in range(12)
+    ]
     tags = torch.randint(0, 3, (len(lexicon),), generator=gen)
     rows, labels = [], []
     for _ in range(num_sentences):
@@ -238,7 +258,11 @@ def word_tagging_data(num_sentences=24, words_per_sentence=6, seed=0):
     label_ids = torch.full((num_sentences, width), -100)
     attention_mask = torch.zeros(num_sentences, width, dtype=torch.long)
     for i, (r, l) in enumerate(zip(rows, labels)):  # right padding is fine for token classification
-        input_ids[i, :len(r)], label_ids[i, :len(l)], attention_mask[i, :len(r)] = torch.tensor(r), torch.tensor(l), 1
+        input_ids[i, : len(r)], label_ids[i, : len(l)], attention_mask[i, : len(r)] = (
+            torch.tensor(r),
+            torch.tensor(l),
+            1,
+        )
     return dict(input_ids=input_ids, attention_mask=attention_mask, labels=label_ids)
 
 
@@ -250,7 +274,7 @@ def test_finetune_token_classification_on_word_tags():
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     losses = []
     for step in range(25):
-        batch = {k: v[(step % 3) * 8:(step % 3 + 1) * 8] for k, v in data.items()}
+        batch = {k: v[(step % 3) * 8 : (step % 3 + 1) * 8] for k, v in data.items()}
         loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -276,33 +300,80 @@ def head(cls, **overrides):
 
 BAD = [
     (XLNetLiteForMultipleChoice, dict(input_ids=ids()), r"input_ids must have shape \(B, C, T\)"),
-    (XLNetLiteForMultipleChoice, dict(input_ids=ids(shape=(B, C, T)), attention_mask=torch.ones(B, T)),
-     r"attention_mask must start with the \(B, C\)"),
-    (XLNetLiteForMultipleChoice, dict(input_ids=ids(shape=(B, C, T)), labels=torch.tensor([0, 1, 2, 3])),
-     r"choice indices in \[0, num_choices=3\)"),
-    (XLNetLiteForMultipleChoice, dict(input_ids=ids(shape=(B, C, T)), labels=torch.zeros(B, C, dtype=torch.long)),
-     r"labels must have shape \(B,\)"),
-    (XLNetLiteForTokenClassification, dict(input_ids=ids(), labels=torch.zeros(B, T + 1, dtype=torch.long)),
-     r"labels must have shape \(B, T\)"),
+    (
+        XLNetLiteForMultipleChoice,
+        dict(input_ids=ids(shape=(B, C, T)), attention_mask=torch.ones(B, T)),
+        r"attention_mask must start with the \(B, C\)",
+    ),
+    (
+        XLNetLiteForMultipleChoice,
+        dict(input_ids=ids(shape=(B, C, T)), labels=torch.tensor([0, 1, 2, 3])),
+        r"choice indices in \[0, num_choices=3\)",
+    ),
+    (
+        XLNetLiteForMultipleChoice,
+        dict(input_ids=ids(shape=(B, C, T)), labels=torch.zeros(B, C, dtype=torch.long)),
+        r"labels must have shape \(B,\)",
+    ),
+    (
+        XLNetLiteForTokenClassification,
+        dict(input_ids=ids(), labels=torch.zeros(B, T + 1, dtype=torch.long)),
+        r"labels must have shape \(B, T\)",
+    ),
     (XLNetLiteForTokenClassification, dict(input_ids=ids(), labels=torch.full((B, T), 2)), r"\[0, num_labels=2\)"),
-    (XLNetLiteForQuestionAnsweringSimple, dict(input_ids=ids(), start_positions=torch.tensor([0, 1, 2, T]),
-                                               end_positions=torch.zeros(B, dtype=torch.long)),
-     r"start_positions must be positions in \[0, T=12\)"),
-    (XLNetLiteForQuestionAnsweringSimple, dict(input_ids=ids(), start_positions=torch.zeros(B, dtype=torch.long),
-                                               end_positions=torch.full((B,), -1)), "end_positions must be positions"),
-    (XLNetLiteForQuestionAnsweringSimple, dict(input_ids=ids(), start_positions=torch.zeros(B, 2, dtype=torch.long),
-                                               end_positions=torch.zeros(B, dtype=torch.long)),
-     r"start_positions must have shape \(B,\)"),
-    (XLNetLiteForQuestionAnsweringSimple, dict(input_ids=ids(), end_positions=torch.zeros(B, dtype=torch.long)),
-     "Pass both start_positions and end_positions"),
-    (XLNetLiteForQuestionAnswering, dict(input_ids=ids(), p_mask=torch.zeros(B, T + 1)), r"p_mask must have shape \(B, T\)"),
+    (
+        XLNetLiteForQuestionAnsweringSimple,
+        dict(
+            input_ids=ids(), start_positions=torch.tensor([0, 1, 2, T]), end_positions=torch.zeros(B, dtype=torch.long)
+        ),
+        r"start_positions must be positions in \[0, T=12\)",
+    ),
+    (
+        XLNetLiteForQuestionAnsweringSimple,
+        dict(input_ids=ids(), start_positions=torch.zeros(B, dtype=torch.long), end_positions=torch.full((B,), -1)),
+        "end_positions must be positions",
+    ),
+    (
+        XLNetLiteForQuestionAnsweringSimple,
+        dict(
+            input_ids=ids(),
+            start_positions=torch.zeros(B, 2, dtype=torch.long),
+            end_positions=torch.zeros(B, dtype=torch.long),
+        ),
+        r"start_positions must have shape \(B,\)",
+    ),
+    (
+        XLNetLiteForQuestionAnsweringSimple,
+        dict(input_ids=ids(), end_positions=torch.zeros(B, dtype=torch.long)),
+        "Pass both start_positions and end_positions",
+    ),
+    (
+        XLNetLiteForQuestionAnswering,
+        dict(input_ids=ids(), p_mask=torch.zeros(B, T + 1)),
+        r"p_mask must have shape \(B, T\)",
+    ),
     (XLNetLiteForQuestionAnswering, dict(input_ids=ids(), p_mask=torch.full((B, T), 0.5)), "p_mask must hold 0"),
-    (XLNetLiteForQuestionAnswering, dict(input_ids=ids(), cls_index=torch.full((B,), T)), "cls_index must be positions"),
-    (XLNetLiteForQuestionAnswering, dict(input_ids=ids(), start_positions=torch.zeros(B, dtype=torch.long),
-                                         end_positions=torch.full((B,), 99)), r"end_positions must be positions in \[0, T"),
-    (XLNetLiteForQuestionAnswering, dict(input_ids=ids(), start_positions=torch.zeros(B, dtype=torch.long),
-                                         end_positions=torch.zeros(B, dtype=torch.long), cls_index=torch.zeros(B, dtype=torch.long),
-                                         is_impossible=torch.zeros(B, 2)), r"is_impossible must have shape \(B,\)"),
+    (
+        XLNetLiteForQuestionAnswering,
+        dict(input_ids=ids(), cls_index=torch.full((B,), T)),
+        "cls_index must be positions",
+    ),
+    (
+        XLNetLiteForQuestionAnswering,
+        dict(input_ids=ids(), start_positions=torch.zeros(B, dtype=torch.long), end_positions=torch.full((B,), 99)),
+        r"end_positions must be positions in \[0, T",
+    ),
+    (
+        XLNetLiteForQuestionAnswering,
+        dict(
+            input_ids=ids(),
+            start_positions=torch.zeros(B, dtype=torch.long),
+            end_positions=torch.zeros(B, dtype=torch.long),
+            cls_index=torch.zeros(B, dtype=torch.long),
+            is_impossible=torch.zeros(B, 2),
+        ),
+        r"is_impossible must have shape \(B,\)",
+    ),
     (XLNetLiteForQuestionAnswering, dict(input_ids=ids(shape=(B, 4))), r"start_n_top \(5\).*T=4"),
 ]
 
@@ -321,9 +392,15 @@ def test_simple_qa_needs_two_labels():
 # ----------------------------------------------------------------------------------------------------------
 # Keywords: unknown ones raise, transformers' machinery's are honoured
 
-ALL_CLASSES = [xlnet_lite.XLNetLiteModel, xlnet_lite.XLNetLiteLMHeadModel, xlnet_lite.XLNetLiteForSequenceClassification,
-               XLNetLiteForTokenClassification, XLNetLiteForMultipleChoice, XLNetLiteForQuestionAnsweringSimple,
-               XLNetLiteForQuestionAnswering]
+ALL_CLASSES = [
+    xlnet_lite.XLNetLiteModel,
+    xlnet_lite.XLNetLiteLMHeadModel,
+    xlnet_lite.XLNetLiteForSequenceClassification,
+    XLNetLiteForTokenClassification,
+    XLNetLiteForMultipleChoice,
+    XLNetLiteForQuestionAnsweringSimple,
+    XLNetLiteForQuestionAnswering,
+]
 
 
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
@@ -337,8 +414,17 @@ def test_unknown_keyword_raises_type_error_naming_it(cls):
 def test_generation_keywords_are_accepted():
     model = head(xlnet_lite.XLNetLiteLMHeadModel)
     with torch.no_grad():
-        out = model(ids(), use_cache=True, cache=None, cache_position=torch.arange(T), logits_to_keep=1,
-                    predict_next=True, use_mems=False, output_attentions=False, output_hidden_states=False)
+        out = model(
+            ids(),
+            use_cache=True,
+            cache=None,
+            cache_position=torch.arange(T),
+            logits_to_keep=1,
+            predict_next=True,
+            use_mems=False,
+            output_attentions=False,
+            output_hidden_states=False,
+        )
     assert out.logits.shape == (B, 1, 97) and isinstance(out[CACHE_NAME], xlnet_lite.XLNetLiteCache)
 
 
@@ -357,11 +443,15 @@ def test_the_cache_is_taken_under_either_name():
             model(x, use_cache=True, cache=cache, past_key_values=cache)
 
 
-@pytest.mark.parametrize("cls,labels", [
-    (xlnet_lite.XLNetLiteLMHeadModel, torch.randint(0, 97, (B, T))),
-    (XLNetLiteForTokenClassification, torch.randint(0, 2, (B, T))),
-    (xlnet_lite.XLNetLiteForSequenceClassification, torch.tensor([0, 1, 1, 0])),
-], ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize(
+    "cls,labels",
+    [
+        (xlnet_lite.XLNetLiteLMHeadModel, torch.randint(0, 97, (B, T))),
+        (XLNetLiteForTokenClassification, torch.randint(0, 2, (B, T))),
+        (xlnet_lite.XLNetLiteForSequenceClassification, torch.tensor([0, 1, 1, 0])),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
 def test_num_items_in_batch_divides_the_summed_loss(cls, labels):
     model = head(cls)
     labels = labels.clone()
@@ -384,9 +474,19 @@ def test_trainer_gradient_accumulation_equals_one_big_batch(tmp_path):
     data["labels"][:2, 4:] = -100  # the first pair has far fewer labelled tokens than the second
     examples = [{k: v[i] for k, v in data.items()} for i in range(4)]
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=1,
-        learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0,
-        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        learning_rate=0.5,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
     )
     trainer = transformers.Trainer(model=model, args=args, train_dataset=examples)
     assert trainer.model_accepts_loss_kwargs

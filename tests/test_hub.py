@@ -19,7 +19,11 @@ from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 CLASSES = [
     (xlnet_lite.XLNetLiteModel, AutoModel, "AutoModel"),
     (xlnet_lite.XLNetLiteLMHeadModel, AutoModelForCausalLM, "AutoModelForCausalLM"),
-    (xlnet_lite.XLNetLiteForSequenceClassification, AutoModelForSequenceClassification, "AutoModelForSequenceClassification"),
+    (
+        xlnet_lite.XLNetLiteForSequenceClassification,
+        AutoModelForSequenceClassification,
+        "AutoModelForSequenceClassification",
+    ),
 ]
 
 
@@ -81,8 +85,14 @@ def test_trust_remote_code_in_a_fresh_process(tmp_path, cls, auto, auto_name):
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", REMOTE, str(folder), auto_name], cwd=workdir, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE, str(folder), auto_name],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "transformers_modules" in result.stdout and cls.__name__ in result.stdout
     with torch.no_grad():
@@ -106,21 +116,34 @@ def test_push_to_hub_uses_the_standard_client_and_reloads_with_remote_code(tmp_p
     hub = FakeHub(tmp_path / "pushed")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_HUB_OFFLINE")}
     env.update(HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_fake_token", HF_HOME=str(tmp_path / "hf_home"))
-    result = subprocess.run([sys.executable, "-c", PUSH, str(tmp_path / "local")], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", PUSH, str(tmp_path / "local")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     hub.server.shutdown()
     pushed = tmp_path / "pushed"
     assert hub.commits == 1
     assert {"config.json", "model.safetensors", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py"} <= {
-        p.name for p in pushed.iterdir()}
+        p.name for p in pushed.iterdir()
+    }
     torch.save({"input_ids": torch.randint(0, 97, (2, 9))}, pushed / "inputs.pt")
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HOME=str(tmp_path / "hf_home2"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", REMOTE, str(pushed), "AutoModelForSequenceClassification"],
-                            cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE, str(pushed), "AutoModelForSequenceClassification"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     local = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(tmp_path / "local").eval()
     with torch.no_grad():

@@ -4,9 +4,8 @@ import pytest
 import torch
 from model_helpers import TINY, randomise
 
-from xlnet_lite.collator import random_factorization_masks as xlnet_masks
-
 from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel
+from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
 B, T, P = 4, 12, 4
 
@@ -71,10 +70,22 @@ def autocast_step(impl, autocast, perm_mask, target_mapping, tt):
     model = lite_model(mem_len=6, dropout=0.0).train()
     model.config._attn_implementation = impl
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt,
-                    labels=ids(1, length=P), use_mems=True)
-        out2 = model(ids(2), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt, mems=out.mems,
-                     labels=ids(3, length=P))
+        out = model(
+            ids(),
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=tt,
+            labels=ids(1, length=P),
+            use_mems=True,
+        )
+        out2 = model(
+            ids(2),
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=tt,
+            mems=out.mems,
+            labels=ids(3, length=P),
+        )
     loss = out.loss + out2.loss
     loss.backward()
     return loss.item(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
@@ -102,8 +113,14 @@ def test_pure_bfloat16_two_stream_forward_and_backward(impl):
     perm_mask, target_mapping = xlnet_masks(B, T, P)
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 6:] = 1
-    out = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt, labels=ids(1, length=P),
-                use_mems=True)
+    out = model(
+        ids(),
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+        token_type_ids=tt,
+        labels=ids(1, length=P),
+        use_mems=True,
+    )
     out2 = model(ids(2), perm_mask=perm_mask, target_mapping=target_mapping, mems=out.mems, labels=ids(3, length=P))
     (out.loss + out2.loss).backward()
     assert out.logits.dtype == torch.bfloat16 and torch.isfinite(out2.loss)
@@ -128,8 +145,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
             model.activation_checkpointing_enable()  # transformers 5 name of gradient_checkpointing_enable
             assert model.transformer.layer[0].gradient_checkpointing
         tt = (torch.arange(T) >= 6).long().expand(B, T)
-        loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt,
-                     labels=ids(1, length=P)).loss
+        loss = model(
+            ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt, labels=ids(1, length=P)
+        ).loss
         loss.backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
@@ -145,8 +163,9 @@ def test_sdpa_selectable_and_matches_eager_in_training_gradients():
         config = XLNetLiteConfig(**TINY)
         model = randomise(XLNetLiteLMHeadModel._from_config(config, attn_implementation=impl))
         assert model.config._attn_implementation == impl
-        loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt,
-                     labels=ids(1, length=P)).loss
+        loss = model(
+            ids(), perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=tt, labels=ids(1, length=P)
+        ).loss
         loss.backward()
         results.append((loss.detach(), [p.grad for p in model.parameters()]))
     torch.testing.assert_close(results[0][0], results[1][0])
@@ -197,7 +216,10 @@ BAD_INPUTS = [
     (dict(perm_mask=torch.zeros(T, T)), "perm_mask must have shape"),
     (dict(target_mapping=torch.zeros(B, P, T + 1)), "target_mapping must have shape"),
     (dict(target_mapping=torch.full((B, P, T), 0.5)), "one-hot"),
-    (dict(target_mapping=torch.eye(T)[None, :P].repeat(B, 1, 1), labels=torch.zeros(B, T, dtype=torch.long)), "labels must have shape"),
+    (
+        dict(target_mapping=torch.eye(T)[None, :P].repeat(B, 1, 1), labels=torch.zeros(B, T, dtype=torch.long)),
+        "labels must have shape",
+    ),
     (dict(mems=[torch.zeros(B, 3, 32)]), "one tensor per layer"),
     (dict(mems=[torch.zeros(B, 3, 16)] * 2), r"mems\[0\] must have shape"),
     (dict(mems=[torch.zeros(B + 1, 3, 32)] * 2), r"mems\[0\] must have shape"),
@@ -227,9 +249,16 @@ def test_odd_batch_with_bi_data():
 
 @pytest.mark.parametrize(
     "kwargs,field",
-    [(dict(d_model=30, n_head=4), "d_model"), (dict(attn_type="tri"), "attn_type"), (dict(ff_activation="nope"), "ff_activation"),
-     (dict(mem_len=-3), "mem_len"), (dict(reuse_len=-1), "reuse_len"), (dict(clamp_len=-2), "clamp_len"),
-     (dict(n_layer=0), "n_layer"), (dict(dropout=1.5), "dropout")],
+    [
+        (dict(d_model=30, n_head=4), "d_model"),
+        (dict(attn_type="tri"), "attn_type"),
+        (dict(ff_activation="nope"), "ff_activation"),
+        (dict(mem_len=-3), "mem_len"),
+        (dict(reuse_len=-1), "reuse_len"),
+        (dict(clamp_len=-2), "clamp_len"),
+        (dict(n_layer=0), "n_layer"),
+        (dict(dropout=1.5), "dropout"),
+    ],
 )
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -267,4 +296,6 @@ def test_gradient_checkpointing_with_dropout_replays_the_same_masks():
     torch.manual_seed(6)  # and the masks are really random: another seed, other gradients
     model = lite_model(dropout=0.3).train()
     model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss.backward()
-    assert any(not torch.allclose(a, p.grad) for a, p in zip(grads[0], (q for q in model.parameters() if q.grad is not None)))
+    assert any(
+        not torch.allclose(a, p.grad) for a, p in zip(grads[0], (q for q in model.parameters() if q.grad is not None))
+    )

@@ -31,7 +31,9 @@ def test_perm_mask_and_target_mapping_two_stream(forward_impl, seed):
     hf, lite = twins(seed=seed)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
     labels = ids(seed + 5, length=P)
-    a, b = run_both(hf, lite, forward_impl, input_ids=ids(seed), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
+    a, b = run_both(
+        hf, lite, forward_impl, input_ids=ids(seed), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels
+    )
     assert b.logits.shape == (B, P, 97)
     close(a.logits, b.logits)
     close(a.loss, b.loss)
@@ -50,7 +52,9 @@ def test_loss_ignores_padded_prediction_rows(forward_impl):
     target_mapping[1, -1] = 0  # an all-zero (padding) prediction row
     labels = ids(3, length=P)
     labels[1, -1] = -100
-    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels)
+    a, b = run_both(
+        hf, lite, forward_impl, input_ids=ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=labels
+    )
     close(a.logits, b.logits)
     close(a.loss, b.loss)
 
@@ -61,7 +65,9 @@ def test_token_type_ids_two_segments_and_cls(forward_impl):
     tt[:, 6:] = 1
     tt[:, -1] = 2
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=4)
-    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping)
+    a, b = run_both(
+        hf, lite, forward_impl, input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping
+    )
     close(a.logits, b.logits)
     a, b = run_both(hf, lite, forward_impl, input_ids=ids(), token_type_ids=tt)
     close(a.logits, b.logits)
@@ -85,8 +91,15 @@ def test_padding_with_perm_mask(forward_impl):
     attention_mask = torch.ones(B, T)
     attention_mask[1, :1] = 0
     target_mapping[1] = 0  # predict nothing where padding could leave a query with no key
-    a, b = run_both(hf, lite, forward_impl, input_ids=ids(), attention_mask=attention_mask, perm_mask=perm_mask,
-                    target_mapping=target_mapping)
+    a, b = run_both(
+        hf,
+        lite,
+        forward_impl,
+        input_ids=ids(),
+        attention_mask=attention_mask,
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+    )
     close(a.logits, b.logits)
 
 
@@ -198,8 +211,12 @@ def test_hidden_states_and_attentions_match():
     hf, lite = twins()
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=5)
     with torch.no_grad():
-        a = hf(ids(), perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, output_attentions=True)
-        b = lite(ids(), perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, output_attentions=True)
+        a = hf(
+            ids(), perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, output_attentions=True
+        )
+        b = lite(
+            ids(), perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, output_attentions=True
+        )
     assert len(a.hidden_states) == len(b.hidden_states)
     for x, y in zip(a.hidden_states, b.hidden_states):
         close(x, y)
@@ -231,9 +248,11 @@ def test_round_trip_to_hf(cls_name):
         torch.testing.assert_close(hf(ids())[0], back(ids())[0], atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(bi_data=True), dict(attn_type="uni"),
-                                       dict(attn_type="uni", same_length=True)],
-                         ids=["bi", "bi_data", "uni", "uni_same_length"])
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(), dict(bi_data=True), dict(attn_type="uni"), dict(attn_type="uni", same_length=True)],
+    ids=["bi", "bi_data", "uni", "uni_same_length"],
+)
 def test_training_gradients_of_every_parameter(impl, overrides):
     """One training step's gradients (fp32, train mode, dropout 0) equal transformers' XLNet's, parameter by parameter,
     on a pretraining batch: memory, two segments and <cls>, perm_mask, target_mapping, labels ("uni": causal, every
@@ -244,8 +263,14 @@ def test_training_gradients_of_every_parameter(impl, overrides):
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 6:-1], tt[:, -1] = 1, 2
     mems = [torch.randn(5, B, 32, generator=torch.Generator().manual_seed(layer)) for layer in range(2)]
-    inputs = dict(input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping,
-                  labels=ids(4, length=P), use_mems=True)
+    inputs = dict(
+        input_ids=ids(),
+        token_type_ids=tt,
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+        labels=ids(4, length=P),
+        use_mems=True,
+    )
     if overrides.get("attn_type") == "uni":
         inputs.update(perm_mask=None, target_mapping=None, labels=ids(4))
     for model, m in ((hf, mems), (lite, [x.transpose(0, 1) for x in mems])):
@@ -256,11 +281,16 @@ def test_training_gradients_of_every_parameter(impl, overrides):
         torch.testing.assert_close(lite_params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("cls_name,summary_type", [
-    ("XLNetForSequenceClassification", "last"), ("XLNetForSequenceClassification", "first"),
-    ("XLNetForSequenceClassification", "cls_index"), ("XLNetForSequenceClassification", "mean"),
-    ("XLNetForMultipleChoice", "last"),
-])
+@pytest.mark.parametrize(
+    "cls_name,summary_type",
+    [
+        ("XLNetForSequenceClassification", "last"),
+        ("XLNetForSequenceClassification", "first"),
+        ("XLNetForSequenceClassification", "cls_index"),
+        ("XLNetForSequenceClassification", "mean"),
+        ("XLNetForMultipleChoice", "last"),
+    ],
+)
 def test_sequence_heads_compute_the_last_layer_at_the_pooled_position_only(impl, cls_name, summary_type):
     """The sequence heads run the last layer's content stream at the position they pool (<cls> last, or the first
     token) and nothing else: logits, loss and every parameter's gradient (train mode, dropout 0) still equal
@@ -278,8 +308,9 @@ def test_sequence_heads_compute_the_last_layer_at_the_pooled_position_only(impl,
     perm_mask = xlnet_masks(rows, T, P, seed=5)[0]
     mems = [torch.randn(5, rows, 32, generator=torch.Generator().manual_seed(layer)) for layer in range(2)]
     labels = torch.tensor([1, 0]) if cls_name == "XLNetForMultipleChoice" else torch.tensor([0, 2, 1, 2])
-    inputs = dict(input_ids=ids(7, length=T).view(*shape), token_type_ids=tt, attention_mask=attention_mask,
-                  labels=labels)
+    inputs = dict(
+        input_ids=ids(7, length=T).view(*shape), token_type_ids=tt, attention_mask=attention_mask, labels=labels
+    )
     if cls_name == "XLNetForSequenceClassification":  # transformers' multiple-choice head does not flatten perm_mask
         inputs["perm_mask"] = perm_mask
     last_ff_rows = []
@@ -354,8 +385,9 @@ def segment_step_matches_transformers(impl):
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=5)
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 6:-1], tt[:, -1] = 1, 2
-    inputs = dict(input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping,
-                  labels=ids(4, length=P))
+    inputs = dict(
+        input_ids=ids(), token_type_ids=tt, perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(4, length=P)
+    )
     losses = []
     for model in (hf, lite):
         model.train()
@@ -373,13 +405,25 @@ def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims(monkeypatch
     from benchmarks import bench_gpu
     from xlnet_lite import modeling_xlnet_lite as modeling
 
-    cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
-               mem_len=6, reuse_len=6, dropout=0.0)
+    cfg = dict(
+        vocab_size=97,
+        d_model=16,
+        n_layer=2,
+        n_head=2,
+        d_inner=32,
+        batch=2,
+        seq_len=12,
+        num_predict=3,
+        mem_len=6,
+        reuse_len=6,
+        dropout=0.0,
+    )
     variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_segbias_bf16"])
     widths = []
     real = modeling.segment_dims
-    monkeypatch.setattr(modeling, "segment_dims",
-                        lambda seg_keys, d_head: widths.append(real(seg_keys, d_head)) or widths[-1])
+    monkeypatch.setattr(
+        modeling, "segment_dims", lambda seg_keys, d_head: widths.append(real(seg_keys, d_head)) or widths[-1]
+    )
     losses = {}
     for name, variant in variants.items():
         variant.autocast_dtype = None
@@ -408,8 +452,19 @@ def test_bench_gpu_cudnn_row_is_the_dropout_0_sdpa_row_held_to_cudnn(monkeypatch
         yield
 
     monkeypatch.setattr(torch.nn.attention, "sdpa_kernel", recording)
-    cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
-               mem_len=6, reuse_len=6, dropout=0.1)
+    cfg = dict(
+        vocab_size=97,
+        d_model=16,
+        n_layer=2,
+        n_head=2,
+        d_inner=32,
+        batch=2,
+        seq_len=12,
+        num_predict=3,
+        mem_len=6,
+        reuse_len=6,
+        dropout=0.1,
+    )
     variants = bench_gpu.build(cfg, ["lite_sdpa_nodrop_bf16", "lite_sdpa_cudnn_nodrop_bf16"])
     losses = {}
     for name, variant in variants.items():
@@ -429,13 +484,31 @@ def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
     from benchmarks import bench_gpu
     from xlnet_lite.modeling_xlnet_lite import Dropout
 
-    cfg = dict(vocab_size=97, d_model=16, n_layer=2, n_head=2, d_inner=32, batch=2, seq_len=12, num_predict=3,
-               mem_len=6, reuse_len=6, dropout=0.1)
-    variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_bf16",
-                                     "lite_triton_nodrop_bf16"])
+    cfg = dict(
+        vocab_size=97,
+        d_model=16,
+        n_layer=2,
+        n_head=2,
+        d_inner=32,
+        batch=2,
+        seq_len=12,
+        num_predict=3,
+        mem_len=6,
+        reuse_len=6,
+        dropout=0.1,
+    )
+    variants = bench_gpu.build(
+        cfg,
+        ["lite_sdpa_bf16", "lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_bf16", "lite_triton_nodrop_bf16"],
+    )
     rates = {n: {m.p for m in v.model.modules() if isinstance(m, Dropout)} for n, v in variants.items()}
-    assert rates == {"lite_sdpa_bf16": {0.1}, "lite_sdpa_nodrop_bf16": {0.0}, "lite_flex_bf16": {0.0},
-                     "lite_triton_bf16": {0.1}, "lite_triton_nodrop_bf16": {0.0}}
+    assert rates == {
+        "lite_sdpa_bf16": {0.1},
+        "lite_sdpa_nodrop_bf16": {0.0},
+        "lite_flex_bf16": {0.0},
+        "lite_triton_bf16": {0.1},
+        "lite_triton_nodrop_bf16": {0.0},
+    }
     assert variants["lite_flex_bf16"].model.config._attn_implementation == "flex_attention"
     assert variants["lite_triton_bf16"].model.config._attn_implementation == "xlnet_lite_triton"
     losses = {}

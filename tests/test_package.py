@@ -17,7 +17,9 @@ IMPORT_EVERY_MODULE = (
 
 def python(code):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
 
@@ -25,17 +27,21 @@ def python(code):
 def test_import_loads_none_of_the_extra_beyond_what_transformers_loads():
     """transformers' modeling_utils imports scipy whenever it is installed (for its object-detection losses), so the
     clean process imports that first and then asks what `import xlnet_lite` and its modules add."""
-    code = (f"import sys, transformers.modeling_utils\nEXTRAS = {EXTRAS!r}\n"
-            "before = {m for m in EXTRAS if m in sys.modules}\n"
-            f"{IMPORT_EVERY_MODULE}"
-            "print(sorted(m for m in EXTRAS if m in sys.modules and m not in before))\n")
+    code = (
+        f"import sys, transformers.modeling_utils\nEXTRAS = {EXTRAS!r}\n"
+        "before = {m for m in EXTRAS if m in sys.modules}\n"
+        f"{IMPORT_EVERY_MODULE}"
+        "print(sorted(m for m in EXTRAS if m in sys.modules and m not in before))\n"
+    )
     assert python(code) == "[]"
 
 
 def test_every_module_imports_where_the_extra_is_not_installed():
     """sys.modules[name] = None is what Python does for a package that is absent: `import name` raises ImportError and
     importlib.util.find_spec(name) (transformers' is_scipy_available) answers None."""
-    code = (f"import sys\nEXTRAS = {EXTRAS!r}\nfor name in EXTRAS:\n    sys.modules[name] = None\n"
-            f"{IMPORT_EVERY_MODULE}"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in EXTRAS and sys.modules[m] is not None))\n")
+    code = (
+        f"import sys\nEXTRAS = {EXTRAS!r}\nfor name in EXTRAS:\n    sys.modules[name] = None\n"
+        f"{IMPORT_EVERY_MODULE}"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in EXTRAS and sys.modules[m] is not None))\n"
+    )
     assert python(code) == "[]"

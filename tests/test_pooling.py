@@ -43,5 +43,6 @@ def test_mean_pooling_in_multiple_choice_leaves_padding_out():
     padded = torch.cat([torch.zeros(1, 2, 4, dtype=torch.long), alone], dim=2)
     mask = torch.cat([torch.zeros(1, 2, 4), torch.ones(1, 2, 6)], dim=2)
     with torch.no_grad():
-        torch.testing.assert_close(choice(padded, attention_mask=mask).logits, choice(alone).logits, atol=1e-5, rtol=1e-5)
-
+        torch.testing.assert_close(
+            choice(padded, attention_mask=mask).logits, choice(alone).logits, atol=1e-5, rtol=1e-5
+        )

@@ -48,8 +48,9 @@ def test_a_launcher_precision_wins_over_auto(monkeypatch):
     assert resolve_precision("auto", "cpu")[0] == "fp16"
 
 
-@pytest.mark.parametrize("parent_args, expected", [(["--mixed_precision", "no"], "no"), (["--mixed_precision=no"], "no"),
-                                                   (["--cpu"], None)])
+@pytest.mark.parametrize(
+    "parent_args, expected", [(["--mixed_precision", "no"], "no"), (["--mixed_precision=no"], "no"), (["--cpu"], None)]
+)
 def test_an_unset_launcher_precision_is_told_from_an_explicit_no(monkeypatch, parent_args, expected):
     """accelerate passes "no" both for `--mixed_precision no` and for nothing; the launcher's command line decides."""
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *parent_args])
@@ -78,18 +79,56 @@ def corpus(tmp_path_factory):
 
 def pretrain(corpus, out, *, launcher=None, fake_units=None):
     """The real pretraining command, 2 steps of the tiny preset; returns (stdout, results.json)."""
-    args = ["--model_size", "tiny", "--train_file", str(corpus / "train.txt"), "--validation_file",
-            str(corpus / "valid.txt"), "--tokenizer_name", str(corpus / "tokenizer"), "--seq_len", "32", "--reuse_len",
-            "16", "--mem_len", "16", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
-            "--eval_batches", "1", "--max_steps", "2", "--num_warmup_steps", "0", "--output_dir", str(out)]
+    args = [
+        "--model_size",
+        "tiny",
+        "--train_file",
+        str(corpus / "train.txt"),
+        "--validation_file",
+        str(corpus / "valid.txt"),
+        "--tokenizer_name",
+        str(corpus / "tokenizer"),
+        "--seq_len",
+        "32",
+        "--reuse_len",
+        "16",
+        "--mem_len",
+        "16",
+        "--per_device_train_batch_size",
+        "2",
+        "--per_device_eval_batch_size",
+        "2",
+        "--eval_batches",
+        "1",
+        "--max_steps",
+        "2",
+        "--num_warmup_steps",
+        "0",
+        "--output_dir",
+        str(out),
+    ]
     if fake_units is not None:  # a CPU with these bf16 units (none: an AVX2-only CPU)
-        prelude = (f"import torch; torch.cpu._is_amx_tile_supported = lambda: {'AMX' in fake_units}; "
-                   f"torch.cpu._is_avx512_bf16_supported = lambda: {'AVX512-BF16' in fake_units}; import runpy, sys; "
-                   "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+        prelude = (
+            f"import torch; torch.cpu._is_amx_tile_supported = lambda: {'AMX' in fake_units}; "
+            f"torch.cpu._is_avx512_bf16_supported = lambda: {'AVX512-BF16' in fake_units}; import runpy, sys; "
+            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+        )
         cmd = [sys.executable, "-c", prelude, "pretrain/run_pretraining.py", *args]
     elif launcher is not None:
-        cmd = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1", "--dynamo_backend", "no",
-               *launcher, "pretrain/run_pretraining.py", *args]
+        cmd = [
+            "accelerate",
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--dynamo_backend",
+            "no",
+            *launcher,
+            "pretrain/run_pretraining.py",
+            *args,
+        ]
     else:
         cmd = [sys.executable, "pretrain/run_pretraining.py", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -119,8 +158,9 @@ def test_on_a_cpu_without_bf16_units_the_recipe_trains_in_fp32(corpus, tmp_path)
 
 
 @pytest.mark.recipes
-@pytest.mark.parametrize("launcher, expected", [([], None), (["--mixed_precision", "no"], "no"),
-                                                (["--mixed_precision", "bf16"], "bf16")])
+@pytest.mark.parametrize(
+    "launcher, expected", [([], None), (["--mixed_precision", "no"], "no"), (["--mixed_precision", "bf16"], "bf16")]
+)
 def test_accelerate_launch_left_unset_means_auto_and_an_explicit_precision_wins(corpus, tmp_path, launcher, expected):
     stdout, results = pretrain(corpus, tmp_path / "run", launcher=launcher)
     if expected is None:

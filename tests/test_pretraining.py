@@ -20,7 +20,14 @@ from xlnet_lite.training import parse_args
 
 def test_outputs_of_a_run(straight_run):
     out, results = straight_run
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "modeling_xlnet_lite.py", "loss.png", "results.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "modeling_xlnet_lite.py",
+        "loss.png",
+        "results.json",
+    ):
         assert (out / name).is_file(), name
     metrics = read_metrics(out)
     assert [m["step"] for m in metrics if "loss" in m] == list(range(1, 13))
@@ -78,9 +85,10 @@ def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path)
 def test_the_default_constant_rate_lets_a_finished_run_be_extended_exactly(corpus, tmp_path):
     """With the default schedule (constant after warmup) a 6-step run, resumed with --max_steps 12, is the 12-step
     run: its schedule did not depend on the step count. Under a linear decay the 6-step run ends at rate 0."""
+
     def default_schedule(args):  # tiny_args without its --lr_scheduler_type linear
         i = args.index("--lr_scheduler_type")
-        return args[:i] + args[i + 2:]
+        return args[:i] + args[i + 2 :]
 
     straight = tmp_path / "straight"
     run_pretraining.main(default_schedule(tiny_args(corpus, straight)))
@@ -97,7 +105,9 @@ def test_the_default_constant_rate_lets_a_finished_run_be_extended_exactly(corpu
     run_pretraining.main(default_schedule(tiny_args(corpus, longer, "--resume_from_checkpoint", "latest")))
     assert_same_losses(read_metrics(straight), read_metrics(longer))
     linear = tmp_path / "linear"
-    run_pretraining.main(args[:args.index("--output_dir")] + ["--output_dir", str(linear), "--lr_scheduler_type", "linear"])
+    run_pretraining.main(
+        args[: args.index("--output_dir")] + ["--output_dir", str(linear), "--lr_scheduler_type", "linear"]
+    )
     assert [m["learning_rate"] for m in read_metrics(linear) if "loss" in m][-1] == 0.0
 
 
@@ -111,8 +121,11 @@ def test_dropout_replaces_that_of_the_weights_or_config_it_starts_from(straight_
     assert json.loads((out / "config.json").read_text())["dropout"] == 0.0
     for flag in ("--model_name_or_path", "--config_name"):
         dest = tmp_path / flag.strip("-")
-        run_pretraining.main(tiny_args(corpus, dest, flag, str(out), "--dropout", "0.25", "--max_steps", "3",
-                                       "--checkpointing_steps", "0"))
+        run_pretraining.main(
+            tiny_args(
+                corpus, dest, flag, str(out), "--dropout", "0.25", "--max_steps", "3", "--checkpointing_steps", "0"
+            )
+        )
         assert json.loads((dest / "config.json").read_text())["dropout"] == 0.25, flag
         rates = {m.p for m in XLNetLiteLMHeadModel.from_pretrained(dest).modules() if isinstance(m, Dropout)}
         assert rates == {0.25}, flag
@@ -126,7 +139,9 @@ def test_same_seed_same_losses_in_one_process(straight_run, corpus, tmp_path):
     run_pretraining.main(args)
     again = read_metrics(tmp_path)
     run_pretraining.main(args + ["--overwrite_output_dir"])  # a fresh start in the same folder
-    assert [(m["loss"], m.get("eval_loss")) for m in read_metrics(tmp_path)] == [(m["loss"], m.get("eval_loss")) for m in again]
+    assert [(m["loss"], m.get("eval_loss")) for m in read_metrics(tmp_path)] == [
+        (m["loss"], m.get("eval_loss")) for m in again
+    ]
 
 
 def test_output_loads_in_a_fresh_environment(straight_run, tmp_path):
@@ -149,8 +164,9 @@ def test_output_loads_in_a_fresh_environment(straight_run, tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", code, str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "XLNetLiteLMHeadModel (1, 1, 400)" in result.stdout
 
@@ -165,8 +181,16 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
     args[args.index("--max_steps") + 1] = "4"
     args[args.index("--eval_steps") + 1] = "4"
     args[args.index("--checkpointing_steps") + 1] = "2"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(REPO / "pretrain" / "run_pretraining.py"), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(REPO / "pretrain" / "run_pretraining.py"),
+        *args,
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     first = {name: (tmp_path / "out" / name).read_bytes() for name in ("model.safetensors", "tokenizer.json")}
@@ -203,7 +227,9 @@ def test_inconsistent_flags_stop_at_once(corpus, tmp_path, flags, message):
         run_pretraining.main(tiny_args(corpus, tmp_path) + flags)
 
 
-@pytest.mark.parametrize("flags", [["--sequence_length", "5"], ["--model_size", "huge"], ["--lr_scheduler_type", "cosin"]])
+@pytest.mark.parametrize(
+    "flags", [["--sequence_length", "5"], ["--model_size", "huge"], ["--lr_scheduler_type", "cosin"]]
+)
 def test_unknown_flag_or_choice_stops(corpus, tmp_path, flags):
     with pytest.raises(SystemExit):
         run_pretraining.main(tiny_args(corpus, tmp_path) + flags)
@@ -234,20 +260,29 @@ def test_config_file_with_flag_override(corpus, tmp_path):
 def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
     """newsgroups+news trains on both corpora's training parts; each holds out its own documents (spread over it), so
     the validation text of either is never pretrained on whatever the other's size."""
-    corpora = {"newsgroups": [f"group message {i}" for i in range(40)] + ["  "],
-               "news": [f"news article {i}" for i in range(200)]}
-    monkeypatch.setattr(run_pretraining, "EMBEDDED_CORPORA",
-                        {name: (lambda texts=texts: list(texts), name) for name, texts in corpora.items()})
-    args = parse_args(run_pretraining.PretrainingArguments, ["--embedded_corpus", "newsgroups+news",
-                                                             "--validation_split_percentage", "10"])
+    corpora = {
+        "newsgroups": [f"group message {i}" for i in range(40)] + ["  "],
+        "news": [f"news article {i}" for i in range(200)],
+    }
+    monkeypatch.setattr(
+        run_pretraining,
+        "EMBEDDED_CORPORA",
+        {name: (lambda texts=texts: list(texts), name) for name, texts in corpora.items()},
+    )
+    args = parse_args(
+        run_pretraining.PretrainingArguments,
+        ["--embedded_corpus", "newsgroups+news", "--validation_split_percentage", "10"],
+    )
     train, validation = run_pretraining.load_corpus(args)
     groups_held = [corpora["newsgroups"][i] for i in (5, 15, 25, 35)]  # 4 of the 40 non-blank, one per stride of 10
     news_held = [corpora["news"][i] for i in range(5, 200, 10)]
     assert validation == groups_held + news_held
-    assert train == [t for t in corpora["newsgroups"][:40] if t not in groups_held] + \
-        [t for t in corpora["news"] if t not in news_held]
-    args = parse_args(run_pretraining.PretrainingArguments,
-                      ["--embedded_corpus", "news", "--validation_split_percentage", "10"])
+    assert train == [t for t in corpora["newsgroups"][:40] if t not in groups_held] + [
+        t for t in corpora["news"] if t not in news_held
+    ]
+    args = parse_args(
+        run_pretraining.PretrainingArguments, ["--embedded_corpus", "news", "--validation_split_percentage", "10"]
+    )
     alone = run_pretraining.load_corpus(args)
     assert alone == ([t for t in corpora["news"] if t not in news_held], news_held)
 
@@ -259,8 +294,9 @@ def test_dataset_without_a_validation_split_holds_out_rows_spread_over_it(tmp_pa
     folder.mkdir()
     rows = [f"topic{t} message {d}." for t in range(5) for d in range(20)]
     (folder / "train.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows), encoding="utf-8")
-    args = parse_args(run_pretraining.PretrainingArguments,
-                      ["--dataset_name", str(folder), "--validation_split_percentage", "5"])
+    args = parse_args(
+        run_pretraining.PretrainingArguments, ["--dataset_name", str(folder), "--validation_split_percentage", "5"]
+    )
     train, validation = run_pretraining.load_corpus(args)
     assert validation["text"] == [rows[i] for i in (10, 30, 50, 70, 90)]
     assert train["text"] == [r for r in rows if r not in validation["text"]]
@@ -310,11 +346,14 @@ def test_prepare_only_then_train_from_the_token_store(straight_run, corpus, tmp_
     assert_same_losses(read_metrics(straight_run[0]), read_metrics(tmp_path / "from_store"))
 
 
-@pytest.mark.parametrize("extra,says", [
-    (["--token_store", "{tmp}/nothing"], "--token_store {tmp}/nothing: not a complete token store"),
-    (["--token_store", "{tmp}", "--train_file", "x.txt"], "--token_store holds the corpus and its tokenizer"),
-    (["--preprocessing_num_workers", "0"], "--preprocessing_num_workers must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        (["--token_store", "{tmp}/nothing"], "--token_store {tmp}/nothing: not a complete token store"),
+        (["--token_store", "{tmp}", "--train_file", "x.txt"], "--token_store holds the corpus and its tokenizer"),
+        (["--preprocessing_num_workers", "0"], "--preprocessing_num_workers must be >= 1"),
+    ],
+)
 def test_a_bad_token_store_flag_is_one_line(corpus, tmp_path, extra, says):
     args = without_corpus_flags(tiny_args(corpus, tmp_path / "out"))
     if "--token_store" not in extra:
@@ -332,13 +371,24 @@ def test_tokenizer_trained_on_documents_spread_over_a_sorted_corpus(corpus, tmp_
     from xlnet_lite.tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
     last = ["xylophone", "yodeller", "zeppelin", "quasar", "walrus"]
-    docs = read_text_documents(corpus / "train.txt")[:20] + [" ".join(last[(i + j) % 5] for j in range(60))
-                                                              for i in range(20)]
+    docs = read_text_documents(corpus / "train.txt")[:20] + [
+        " ".join(last[(i + j) % 5] for j in range(60)) for i in range(20)
+    ]
     (tmp_path / "train.txt").write_text("\n\n".join(docs), encoding="utf-8")
     args = without_corpus_flags(tiny_args(corpus, tmp_path / "out"))
-    args += ["--train_file", str(tmp_path / "train.txt"), "--validation_file", str(corpus / "valid.txt"),
-             "--vocab_size", "120", "--tokenizer_train_documents", "10", "--prepare_only",
-             "--token_store_cache_dir", str(tmp_path / "cache")]
+    args += [
+        "--train_file",
+        str(tmp_path / "train.txt"),
+        "--validation_file",
+        str(corpus / "valid.txt"),
+        "--vocab_size",
+        "120",
+        "--tokenizer_train_documents",
+        "10",
+        "--prepare_only",
+        "--token_store_cache_dir",
+        str(tmp_path / "cache"),
+    ]
     run_pretraining.main(args)
     assert "on 10 training documents spread evenly over the corpus" in capsys.readouterr().out
     trained = load_tokenizer(tmp_path / "out" / "tokenizer")

@@ -12,28 +12,42 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from model_helpers import nan_at_training_forward
-from recipe_helpers import FINETUNE, PRETRAIN, cli, command, one_line_error, read_metrics, run, sentiment_rows, tiny_args, write_rows
 from fake_hub import FakeHub
-
-from finetune import run_glue
-from pretrain import run_pretraining
+from model_helpers import nan_at_training_forward
+from recipe_helpers import (
+    FINETUNE,
+    PRETRAIN,
+    cli,
+    command,
+    one_line_error,
+    read_metrics,
+    run,
+    sentiment_rows,
+    tiny_args,
+    write_rows,
+)
 
 import xlnet_lite
+from finetune import run_glue
+from pretrain import run_pretraining
 from xlnet_lite import training
 from xlnet_lite.training import RecipeArguments, parse_args
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
 
-
 BAD_TEXT = {"empty": b"", "whitespace": b"  \n\n \t\n", "not_utf8": b"a fine first line\n\xff\xfe bytes\n"}
 
 
 @pytest.mark.parametrize("flag", ["--train_file", "--validation_file"])
-@pytest.mark.parametrize("kind,says", [("empty", "empty or holds only whitespace"),
-                                       ("whitespace", "empty or holds only whitespace"),
-                                       ("not_utf8", "line 2 is not valid UTF-8")])
+@pytest.mark.parametrize(
+    "kind,says",
+    [
+        ("empty", "empty or holds only whitespace"),
+        ("whitespace", "empty or holds only whitespace"),
+        ("not_utf8", "line 2 is not valid UTF-8"),
+    ],
+)
 def test_a_bad_pretraining_text_file_is_one_line(corpus, tmp_path, flag, kind, says):
     bad = tmp_path / f"{kind}.txt"
     bad.write_bytes(BAD_TEXT[kind])
@@ -53,18 +67,30 @@ def test_a_corpus_too_short_for_its_batch_is_one_line(corpus, tmp_path, split, f
     one_line_error(run_command(PRETRAIN, *args), f"the {split} corpus ({flag} {short}", "the corpus is too short")
 
 
-@pytest.mark.parametrize("content,says", [
-    (b"", "the file is empty"),
-    (b"  \n\n \t\n", "the file holds no rows"),
-    (b"sentence,label\na fine film,pos\n\xff\xfe,neg\n", "line 3 is not valid UTF-8"),
-    (b'sentence,label\n"an open quote,pos\nbad,neg\n', "not a readable csv file"),
-    (b"sentence,verdict\na fine film,pos\nbad,neg\n", "no `label` column"),
-    (b"review,label\na fine film,pos\nbad,neg\n", "no text column"),
-])
+@pytest.mark.parametrize(
+    "content,says",
+    [
+        (b"", "the file is empty"),
+        (b"  \n\n \t\n", "the file holds no rows"),
+        (b"sentence,label\na fine film,pos\n\xff\xfe,neg\n", "line 3 is not valid UTF-8"),
+        (b'sentence,label\n"an open quote,pos\nbad,neg\n', "not a readable csv file"),
+        (b"sentence,verdict\na fine film,pos\nbad,neg\n", "no `label` column"),
+        (b"review,label\na fine film,pos\nbad,neg\n", "no text column"),
+    ],
+)
 def test_a_bad_finetuning_file_is_one_line(pretrained, tmp_path, content, says):
     train, good = tmp_path / "train.csv", write_rows(tmp_path / "good.csv", sentiment_rows(1))
     train.write_bytes(content)
-    args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", good, "--output_dir", tmp_path / "out"]
+    args = [
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        good,
+        "--output_dir",
+        tmp_path / "out",
+    ]
     if says == "not a readable csv file":  # one as a real command
         result = cli(FINETUNE, *args, env={"HF_HOME": str(tmp_path / "hf")})
     else:
@@ -156,15 +182,41 @@ def test_saved_files_get_the_mode_of_a_plain_open_and_no_training_fields(straigh
 def test_finetuning_sigterm_saves_a_checkpoint_and_resumes_to_the_end(tmp_path, pretrained):  # noqa: F811
     train = write_rows(tmp_path / "train.csv", sentiment_rows(4))
     out = tmp_path / "out"
-    args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train,
-            "--output_dir", out, "--num_train_epochs", "40", "--per_device_train_batch_size", "2", "--logging_steps", "1",
-            "--max_seq_length", "16", "--checkpointing_steps", "0"]
+    args = [
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--output_dir",
+        out,
+        "--num_train_epochs",
+        "40",
+        "--per_device_train_batch_size",
+        "2",
+        "--logging_steps",
+        "1",
+        "--max_seq_length",
+        "16",
+        "--checkpointing_steps",
+        "0",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, FINETUNE, *map(str, args)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, FINETUNE, *map(str, args)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+    while (
+        time.time() < deadline
+        and proc.poll() is None
+        and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3)
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
@@ -200,7 +252,9 @@ def test_latest_without_a_checkpoint_starts_fresh_in_both_recipes(tmp_path, pret
 def test_push_to_hub_sends_the_outputs_without_checkpoints(recipe, corpus, tmp_path, pretrained):  # noqa: F811
     hub = FakeHub(tmp_path / "pushed")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE",)}
-    env.update(HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_fake_token", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")
+    env.update(
+        HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_fake_token", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1"
+    )
     if recipe == "pretraining":
         args = tiny_args(corpus, tmp_path / "out")
         args[args.index("--max_steps") + 1] = "2"
@@ -209,11 +263,28 @@ def test_push_to_hub_sends_the_outputs_without_checkpoints(recipe, corpus, tmp_p
         script, expected = PRETRAIN, {"results.json", "loss.png", "metrics.jsonl"}
     else:
         train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
-        args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train, "--output_dir",
-                tmp_path / "out", "--num_train_epochs", "1", "--max_seq_length", "16"]
+        args = [
+            "--model_name_or_path",
+            pretrained,
+            "--train_file",
+            train,
+            "--validation_file",
+            train,
+            "--output_dir",
+            tmp_path / "out",
+            "--num_train_epochs",
+            "1",
+            "--max_seq_length",
+            "16",
+        ]
         script, expected = FINETUNE, {"all_results.json", "training_curves.png", "metrics.jsonl"}
-    result = subprocess.run([sys.executable, script, *map(str, args), "--push_to_hub", "--hub_model_id", "someone/tiny"],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, script, *map(str, args), "--push_to_hub", "--hub_model_id", "someone/tiny"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     hub.server.shutdown()
     assert result.returncode == 0, result.stderr[-3000:]
     pushed = {p.relative_to(tmp_path / "pushed").as_posix() for p in (tmp_path / "pushed").rglob("*") if p.is_file()}
@@ -281,7 +352,13 @@ def test_finetuning_output_folder_guard_resume_check_and_file_modes(tmp_path, pr
 
 def test_time_budget_schedule_decays_to_zero_at_the_deadline():
     budget = training.TimeBudget(1.0, warmup_steps=4, schedule="linear")
-    assert [budget.lr_lambda(s) for s in range(5)] == [0.0, 0.25, 0.5, 0.75, 1.0]  # warmup counts steps, as transformers'
+    assert [budget.lr_lambda(s) for s in range(5)] == [
+        0.0,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+    ]  # warmup counts steps, as transformers'
     for elapsed, linear in ((0.0, 1.0), (15.0, 0.75), (30.0, 0.5), (60.0, 0.0), (90.0, 0.0)):
         budget.elapsed = elapsed
         assert budget.lr_lambda(10) == pytest.approx(linear) and budget.expired() == (elapsed >= 60)
@@ -299,8 +376,9 @@ def test_time_budget_schedule_leaves_compiling_out():
     rate starts from the top and decays over the 40 s left, non-decreasing in its fraction; the compiling time is
     kept in checkpoints; and compiled_frames() sees torch.compile compile."""
     budget = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
-    loop = training.TrainLoop(None, SimpleNamespace(device="cpu", num_processes=1), None, None, None,
-                              checkpoints_dir=None, budget=budget)
+    loop = training.TrainLoop(
+        None, SimpleNamespace(device="cpu", num_processes=1), None, None, None, checkpoints_dir=None, budget=budget
+    )
     fractions = []
     for elapsed, compiling in ((20.0, 20.0), (21.0, 0.0), (25.0, 4.0), (40.0, 0.0), (50.0, 0.0), (60.0, 0.0)):
         loop._tick_budget(elapsed, compiling)
@@ -310,7 +388,8 @@ def test_time_budget_schedule_leaves_compiling_out():
     loop.elapsed = 50.0
     resumed = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
     training.TrainLoop(None, None, None, None, None, checkpoints_dir=None, budget=resumed).load_state_dict(
-        json.loads(json.dumps(loop.state_dict())))  # as a checkpoint keeps it
+        json.loads(json.dumps(loop.state_dict()))
+    )  # as a checkpoint keeps it
     assert (resumed.elapsed, resumed.compiling) == (50.0, 24.0) and resumed.fraction() == pytest.approx(26 / 36)
     before = training.compiled_frames()
     torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
@@ -329,8 +408,15 @@ def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkey
     budget = training.TimeBudget(1.0, warmup_steps=0, schedule="linear")
     scheduler = training.make_budget_scheduler(optimizer, budget, num_processes=1)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    loop = training.TrainLoop(SimpleNamespace(max_grad_norm=0.0, skip_nonfinite=False), accelerator, model, optimizer,
-                              scheduler, checkpoints_dir=None, budget=budget)
+    loop = training.TrainLoop(
+        SimpleNamespace(max_grad_norm=0.0, skip_nonfinite=False),
+        accelerator,
+        model,
+        optimizer,
+        scheduler,
+        checkpoints_dir=None,
+        budget=budget,
+    )
 
     def micro_batch():
         time.sleep(0.05)
@@ -345,10 +431,18 @@ def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkey
 
 @pytest.mark.parametrize("schedule", ["linear", "constant_with_warmup"])
 def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path, schedule):
-    args = tiny_args(corpus, tmp_path / "budget", "--max_train_minutes", "0.05", "--eval_steps", "1000",
-                     "--lr_scheduler_type", schedule)
+    args = tiny_args(
+        corpus,
+        tmp_path / "budget",
+        "--max_train_minutes",
+        "0.05",
+        "--eval_steps",
+        "1000",
+        "--lr_scheduler_type",
+        schedule,
+    )
     i = args.index("--max_steps")
-    del args[i:i + 2]  # no step limit: the budget ends the run
+    del args[i : i + 2]  # no step limit: the budget ends the run
     results = run_pretraining.main(args)
     records = [m for m in read_metrics(tmp_path / "budget") if "loss" in m]
     assert results["steps"] == records[-1]["step"] >= 1 and results["max_train_minutes"] == 0.05  # as many as fit
@@ -364,12 +458,23 @@ def test_pretraining_under_a_time_budget_stops_at_the_deadline(corpus, tmp_path,
         steps[steps.index("--max_steps") + 1] = str(results["steps"])
         run_pretraining.main(steps)
         assert [m["loss"] for m in read_metrics(tmp_path / "steps") if "loss" in m] == [m["loss"] for m in records]
-        assert (tmp_path / "steps" / "model.safetensors").read_bytes() == (tmp_path / "budget" / "model.safetensors").read_bytes()
+        assert (tmp_path / "steps" / "model.safetensors").read_bytes() == (
+            tmp_path / "budget" / "model.safetensors"
+        ).read_bytes()
 
 
 def test_time_budget_flags_are_checked_before_any_work(corpus, tmp_path):
-    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path / "a", "--max_train_minutes", "0")), "--max_train_minutes must be > 0")
-    one_line_error(command(PRETRAIN, *tiny_args(corpus, tmp_path / "b", "--max_train_minutes", "1", "--warmup_ratio", "0.1")),
-                   "--warmup_ratio needs a known step count")
-    one_line_error(command(PRETRAIN, *tiny_args(corpus, tmp_path / "c", "--max_train_minutes", "1", "--lr_scheduler_type",
-                                           "polynomial")), "polynomial cannot follow a time budget")
+    one_line_error(
+        cli(PRETRAIN, *tiny_args(corpus, tmp_path / "a", "--max_train_minutes", "0")), "--max_train_minutes must be > 0"
+    )
+    one_line_error(
+        command(PRETRAIN, *tiny_args(corpus, tmp_path / "b", "--max_train_minutes", "1", "--warmup_ratio", "0.1")),
+        "--warmup_ratio needs a known step count",
+    )
+    one_line_error(
+        command(
+            PRETRAIN,
+            *tiny_args(corpus, tmp_path / "c", "--max_train_minutes", "1", "--lr_scheduler_type", "polynomial"),
+        ),
+        "polynomial cannot follow a time budget",
+    )

@@ -9,8 +9,17 @@ import subprocess
 import sys
 
 import pytest
-from recipe_helpers import (FINETUNE, PRETRAIN, assert_same_losses, cli, one_line_error, read_metrics, sentiment_rows,
-                            tiny_args, write_rows)
+from recipe_helpers import (
+    FINETUNE,
+    PRETRAIN,
+    assert_same_losses,
+    cli,
+    one_line_error,
+    read_metrics,
+    sentiment_rows,
+    tiny_args,
+    write_rows,
+)
 from safetensors.torch import load_file
 
 from xlnet_lite.integrity import MANIFEST, OutputLock, verify_checkpoint
@@ -82,8 +91,10 @@ def test_a_damaged_checkpoint_named_explicitly_is_one_line(reference, corpus, tm
     interrupted_copy(straight, tmp_path)
     truncate(tmp_path / "checkpoints" / "step_12" / "model.safetensors")
     named = tmp_path / "checkpoints" / "step_12"
-    one_line_error(cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--resume_from_checkpoint", named)),
-                   f"--resume_from_checkpoint {named}: the checkpoint is damaged (model.safetensors has")
+    one_line_error(
+        cli(PRETRAIN, *tiny_args(corpus, tmp_path, "--resume_from_checkpoint", named)),
+        f"--resume_from_checkpoint {named}: the checkpoint is damaged (model.safetensors has",
+    )
     assert (named / "model.safetensors").exists()  # left as it was
 
 
@@ -104,8 +115,9 @@ def test_a_busy_output_dir_is_refused_naming_its_holder(corpus, pretrained, tmp_
     try:
         result = cli(PRETRAIN, *tiny_args(corpus, tmp_path))
         one_line_error(result, f"--output_dir {tmp_path} is in use by another run", f"PID {os.getpid()}")
-        result = cli(FINETUNE, "--model_name_or_path", pretrained, "--embedded_task", "rotten_tomatoes",
-                     "--output_dir", tmp_path)
+        result = cli(
+            FINETUNE, "--model_name_or_path", pretrained, "--embedded_task", "rotten_tomatoes", "--output_dir", tmp_path
+        )
         one_line_error(result, "is in use by another run", f"host {socket.gethostname()}")
     finally:
         lock.release()
@@ -114,8 +126,16 @@ def test_a_busy_output_dir_is_refused_naming_its_holder(corpus, pretrained, tmp_
 
 def test_two_runs_started_together_into_one_folder(corpus, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = [subprocess.Popen([sys.executable, PRETRAIN, *tiny_args(corpus, tmp_path, "--seed", str(seed))], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, PRETRAIN, *tiny_args(corpus, tmp_path, "--seed", str(seed))],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
     results = [(run.wait(timeout=600), *run.communicate()) for run in runs]
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 2], [err[-2000:] for _, _, err in results]
@@ -136,13 +156,15 @@ def test_a_lock_left_by_a_dead_run_is_taken_over(corpus, tmp_path):
     assert (tmp_path / "model.safetensors").exists() and not (tmp_path / OutputLock.NAME).exists()
 
 
-@pytest.mark.parametrize("point,what", [("checkpoint_state@2", "checkpoint step_12"),
-                                        ("final_model_written", "the final model")])
+@pytest.mark.parametrize(
+    "point,what", [("checkpoint_state@2", "checkpoint step_12"), ("final_model_written", "the final model")]
+)
 def test_a_full_disk_costs_nothing_saved_before(reference, corpus, tmp_path, point, what):
     straight = reference
     result = cli(PRETRAIN, *tiny_args(corpus, tmp_path), env={DISK_FULL_ENV: point})
-    line = one_line_error(result, f"could not write {what} in {tmp_path}", "No space left on device", "MB free",
-                          status=1)
+    line = one_line_error(
+        result, f"could not write {what} in {tmp_path}", "No space left on device", "MB free", status=1
+    )
     assert "--resume_from_checkpoint latest" in line
     assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")], "partial files left behind"
     assert verify_checkpoint(tmp_path / "checkpoints" / "step_6") == (None, True)
@@ -156,8 +178,20 @@ def test_a_full_disk_costs_nothing_saved_before(reference, corpus, tmp_path, poi
 
 def test_a_full_disk_while_finetuning(pretrained, tmp_path):
     train = write_rows(tmp_path / "train.csv", sentiment_rows(2))
-    args = ["--model_name_or_path", pretrained, "--train_file", train, "--validation_file", train, "--output_dir",
-            tmp_path / "out", "--num_train_epochs", "1", "--max_seq_length", "16"]
+    args = [
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        train,
+        "--output_dir",
+        tmp_path / "out",
+        "--num_train_epochs",
+        "1",
+        "--max_seq_length",
+        "16",
+    ]
     result = cli(FINETUNE, *args, env={DISK_FULL_ENV: "final_model_written", "HF_HOME": str(tmp_path / "hf")})
     one_line_error(result, f"could not write the final model in {tmp_path / 'out'}", "No space left", status=1)
     assert not (tmp_path / "out" / "model.safetensors").exists() and not (tmp_path / "out" / ".final.tmp").exists()
@@ -177,15 +211,19 @@ def small_disk(tmp_path):
 def test_a_disk_that_really_fills_up(corpus, small_disk):
     out = small_disk / "run"
     result = cli(PRETRAIN, *tiny_args(corpus, out, "--checkpointing_steps", "3"))
-    line = one_line_error(result, "could not write checkpoint step_", f"in {out / 'checkpoints'}", "MB free",
-                          status=1)
+    line = one_line_error(result, "could not write checkpoint step_", f"in {out / 'checkpoints'}", "MB free", status=1)
     assert not [p.name for p in small_disk.rglob("*") if p.name.endswith(".tmp")], line
     for checkpoint in (out / "checkpoints").iterdir():
         assert verify_checkpoint(checkpoint) == (None, True)
 
 
-@pytest.mark.parametrize("point,what", [("checkpoint_state@2", "checkpoint step_4"),  # on both processes
-                                        ("checkpoint_manifest@2", "checkpoint step_4")])  # on the main one alone
+@pytest.mark.parametrize(
+    "point,what",
+    [
+        ("checkpoint_state@2", "checkpoint step_4"),  # on both processes
+        ("checkpoint_manifest@2", "checkpoint step_4"),
+    ],
+)  # on the main one alone
 def test_a_full_disk_on_one_of_two_processes(corpus, tmp_path, point, what):
     """Every process learns of a failed save (on both, or on the main process alone: the manifest and the final
     model are its writes), and all stop; none waits for the other."""
@@ -194,7 +232,7 @@ def test_a_full_disk_on_one_of_two_processes(corpus, tmp_path, point, what):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", PRETRAIN, *args]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0, result.stderr[-3000:]
-    ours = [line for line in result.stderr.splitlines() if "run_pretraining.py\", line" in line or "xlnet_lite/" in line]
+    ours = [line for line in result.stderr.splitlines() if 'run_pretraining.py", line' in line or "xlnet_lite/" in line]
     assert not ours, result.stderr[-3000:]  # torchrun reports a failed worker with its own traceback; the workers none
     errors = [line for line in result.stderr.splitlines() if "run_pretraining.py: error:" in line]
     assert any(f"could not write {what}" in line for line in errors), result.stderr[-3000:]

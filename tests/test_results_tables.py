@@ -2,9 +2,9 @@
 benchmarks.results_tables finds a table edited by hand, puts the printed one back, and adds arms and curve points."""
 
 import pytest
+from recipe_helpers import REPO
 
 from benchmarks import results_tables as rt
-from recipe_helpers import REPO
 
 
 @pytest.fixture(scope="module")
@@ -13,8 +13,11 @@ def printed(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("tables")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO)
-        return [table for path in rt.GENERATED.values()
-                for table in rt.markdown_tables(rt.run_module(*rt.recorded_argv(path), outputs_to=scratch))]
+        return [
+            table
+            for path in rt.GENERATED.values()
+            for table in rt.markdown_tables(rt.run_module(*rt.recorded_argv(path), outputs_to=scratch))
+        ]
 
 
 def test_the_results_document_holds_what_the_commands_print(printed):
@@ -49,20 +52,59 @@ def test_the_check_command_exits_1_on_an_edited_table(tmp_path, monkeypatch, cap
 
 def test_arms_and_curve_points_go_where_their_commands_read_them():
     levers = ["a=1.json", "b=2.json", "--reference", "r.json", "--out", "o.json"]
-    assert rt.with_lever(levers, "c=3.json") == ["a=1.json", "b=2.json", "c=3.json", "--reference", "r.json", "--out", "o.json"]
-    curve = ["m1.json", "m2.json", "--name", "main", "--series", "s1", "x.json", "--series", "s2", "y.json", "--out", "o.json"]
-    assert rt.with_curve_point(curve, "s1", "n.json") == ["m1.json", "m2.json", "--name", "main", "--series", "s1", "x.json",
-                                                          "n.json", "--series", "s2", "y.json", "--out", "o.json"]
+    assert rt.with_lever(levers, "c=3.json") == [
+        "a=1.json",
+        "b=2.json",
+        "c=3.json",
+        "--reference",
+        "r.json",
+        "--out",
+        "o.json",
+    ]
+    curve = [
+        "m1.json",
+        "m2.json",
+        "--name",
+        "main",
+        "--series",
+        "s1",
+        "x.json",
+        "--series",
+        "s2",
+        "y.json",
+        "--out",
+        "o.json",
+    ]
+    assert rt.with_curve_point(curve, "s1", "n.json") == [
+        "m1.json",
+        "m2.json",
+        "--name",
+        "main",
+        "--series",
+        "s1",
+        "x.json",
+        "n.json",
+        "--series",
+        "s2",
+        "y.json",
+        "--out",
+        "o.json",
+    ]
     assert rt.with_curve_point(curve, "s2", "n.json")[-3:] == ["n.json", "--out", "o.json"]
     assert rt.with_curve_point(curve, "main", "n.json")[:3] == ["m1.json", "m2.json", "n.json"]
     with pytest.raises(ValueError, match="no line 'other'.*'main', 's1', 's2'"):
         rt.with_curve_point(curve, "other", "n.json")
 
 
-@pytest.mark.parametrize("args,says", [(["--lever", "a=benchmarks/results/levers.json"], "pass --write too"),
-                                       (["--write", "--lever", "no_name"], "is not NAME=FILE"),
-                                       (["--write", "--curve", "the defaults=nothing.json"], "no result file nothing.json"),
-                                       (["--write", "--curve", "nope=benchmarks/results/levers.json"], "no line 'nope'")])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--lever", "a=benchmarks/results/levers.json"], "pass --write too"),
+        (["--write", "--lever", "no_name"], "is not NAME=FILE"),
+        (["--write", "--curve", "the defaults=nothing.json"], "no result file nothing.json"),
+        (["--write", "--curve", "nope=benchmarks/results/levers.json"], "no line 'nope'"),
+    ],
+)
 def test_bad_arguments_are_one_line(monkeypatch, capsys, args, says):
     monkeypatch.chdir(REPO)
     with pytest.raises(SystemExit) as stop:

@@ -46,8 +46,10 @@ def random_documents(seed, n_docs=120, n_words=5000):
     rng = np.random.default_rng(seed)
     docs = []
     for _ in range(n_docs):
-        sentences = [" ".join(f"w{x}" for x in rng.integers(0, n_words, rng.integers(1, 12))) + str(rng.choice([".", "!", ""]))
-                     for _ in range(rng.integers(0, 6))]
+        sentences = [
+            " ".join(f"w{x}" for x in rng.integers(0, n_words, rng.integers(1, 12))) + str(rng.choice([".", "!", ""]))
+            for _ in range(rng.integers(0, 6))
+        ]
         docs.append((" " if rng.random() < 0.6 else "\n").join(sentences))
     return docs
 
@@ -74,13 +76,25 @@ def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
     tokens, starts = build_token_stream(kept, tokenizer)
     file_docs = TextFileDocuments(write_documents(tmp_path / "corpus.txt", docs))
     dataset = datasets.Dataset.from_dict({"body": kept, "other": list(range(len(kept)))})
-    sources = {"list": (kept, 1), "file": (file_docs, 1), "dataset": (dataset, 1), "stream": (dataset.to_iterable_dataset(), 1),
-               "file_two_workers": (file_docs, 2)}
+    sources = {
+        "list": (kept, 1),
+        "file": (file_docs, 1),
+        "dataset": (dataset, 1),
+        "stream": (dataset.to_iterable_dataset(), 1),
+        "file_two_workers": (file_docs, 2),
+    }
     if seed:  # the worker pool costs a few seconds: once is enough
         sources.pop("file_two_workers")
     for name, (source, workers) in sources.items():
-        store = token_store.write_token_store(tmp_path / name, {"train": source}, tokenizer, text_column="body",
-                                              num_proc=workers, chunk_documents=7, log=None)
+        store = token_store.write_token_store(
+            tmp_path / name,
+            {"train": source},
+            tokenizer,
+            text_column="body",
+            num_proc=workers,
+            chunk_documents=7,
+            log=None,
+        )
         split = store.split("train")
         assert isinstance(split.tokens, np.memmap) and split.tokens.dtype == np.uint16, name
         assert (np.asarray(split.tokens) == tokens).all() and (np.asarray(split.sentence_starts) == starts).all(), name
@@ -88,8 +102,14 @@ def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
     rng = np.random.default_rng(seed)
     for bi_data, world_size in ((False, 1), (True, 1), (False, 2)):
         seq_len = int(rng.choice([16, 24]))
-        kwargs = dict(batch_size=2, seq_len=seq_len, reuse_len=int(rng.integers(1, seq_len - 5)), bi_data=bi_data,
-                      seed=seed, world_size=world_size)
+        kwargs = dict(
+            batch_size=2,
+            seq_len=seq_len,
+            reuse_len=int(rng.integers(1, seq_len - 5)),
+            bi_data=bi_data,
+            seed=seed,
+            world_size=world_size,
+        )
         for rank in range(world_size):
             in_memory = PretrainingStream(kept, tokenizer, rank=rank, **kwargs)
             on_disk = PretrainingStream(store.split("train"), tokenizer, rank=rank, **kwargs)
@@ -97,7 +117,8 @@ def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
             same_batches(in_memory, on_disk, 2 * in_memory.steps_per_epoch + 1)
     evals = build_eval_batches(store.split("train"), tokenizer, batch_size=2, seq_len=16, reuse_len=6)
     assert [b[0]["input_ids"].tolist() for b in evals] == [
-        b[0]["input_ids"].tolist() for b in build_eval_batches(kept, tokenizer, batch_size=2, seq_len=16, reuse_len=6)]
+        b[0]["input_ids"].tolist() for b in build_eval_batches(kept, tokenizer, batch_size=2, seq_len=16, reuse_len=6)
+    ]
 
 
 def test_sentences_are_encoded_as_the_tokenizer_call_encodes_them(tokenizer):
@@ -141,8 +162,9 @@ def test_positions_on_disk_are_searched_as_numpy_does(tmp_path, seed):
 def test_reading_the_stream_leaves_no_store_pages_resident(tokenizer, tmp_path):
     """The stream reads its windows and sentence starts with file reads: after an epoch and a half the store's
     mappings hold no resident pages (a long run's RSS does not grow with what it has read)."""
-    store = token_store.write_token_store(tmp_path / "store", {"train": random_documents(0, n_docs=400)}, tokenizer,
-                                          log=None)
+    store = token_store.write_token_store(
+        tmp_path / "store", {"train": random_documents(0, n_docs=400)}, tokenizer, log=None
+    )
     stream = PretrainingStream(store.split("train"), tokenizer, batch_size=4, seq_len=32, reuse_len=16, bi_data=True)
     stream.token_counts(100)
     for _ in range(stream.steps_per_epoch * 3 // 2):
@@ -230,8 +252,14 @@ print("opened", token_store.TokenStore(path).num_tokens("train"), flush=True)
 
 def build_script(tmp_path, name):
     corpus = write_documents(tmp_path / "corpus.txt", random_documents(0, n_docs=60))
-    return textwrap.dedent(BUILD.format(tests=os.path.dirname(__file__), marker=str(tmp_path / f"{name}.built"),
-                                        corpus=str(corpus), cache=str(tmp_path / "cache")))
+    return textwrap.dedent(
+        BUILD.format(
+            tests=os.path.dirname(__file__),
+            marker=str(tmp_path / f"{name}.built"),
+            corpus=str(corpus),
+            cache=str(tmp_path / "cache"),
+        )
+    )
 
 
 def test_a_kill_while_the_store_is_written_leaves_nothing_a_later_run_trusts(tmp_path):
@@ -256,13 +284,16 @@ def test_a_second_process_waits_for_the_store_being_built_and_builds_nothing(tmp
     cache = tmp_path / "cache"
     cache.mkdir()
     with token_store._locked(cache / ".store-x.lock", waiting="", log=print):
-        waiter = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         first_line = waiter.stdout.readline()
         assert first_line.startswith(f"waiting for another process to finish {cache / 'store-x'}"), first_line
         time.sleep(0.2)
         assert waiter.poll() is None, "the second process did not wait"
-        token_store.write_token_store(cache / "store-x", {"train": TextFileDocuments(tmp_path / "corpus.txt")},
-                                      word_tokenizer(), log=None)
+        token_store.write_token_store(
+            cache / "store-x", {"train": TextFileDocuments(tmp_path / "corpus.txt")}, word_tokenizer(), log=None
+        )
     out, err = waiter.communicate(timeout=300)
     assert waiter.returncode == 0, err[-2000:]
     assert out.startswith("opened ") and not (tmp_path / "second.built").exists()

@@ -20,8 +20,11 @@ CORPUS = [
     f"The {adj} {noun} of {place} {verb} the {noun2} in {year}."
     for adj in ("old", "quiet", "famous", "small", "busy")
     for noun in ("market", "bridge", "museum", "harbour")
-    for place, verb, noun2, year in (("Lyon", "opened", "gate", 1901), ("Oslo", "closed", "road", 1987),
-                                     ("Quito", "rebuilt", "tower", 2011))
+    for place, verb, noun2, year in (
+        ("Lyon", "opened", "gate", 1901),
+        ("Oslo", "closed", "road", 1987),
+        ("Quito", "rebuilt", "tower", 2011),
+    )
 ]
 
 
@@ -41,7 +44,9 @@ def test_special_ids_and_templates(tokenizer):
     first_sep = ids.index(4)
     assert ids[-2:] == [4, 3] and ids.count(4) == 2
     assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 2) + [2]
-    assert tokenizer.decode(tokenizer("The famous museum", add_special_tokens=False)["input_ids"]) == "The famous museum"
+    assert (
+        tokenizer.decode(tokenizer("The famous museum", add_special_tokens=False)["input_ids"]) == "The famous museum"
+    )
 
 
 def test_left_padding_with_type_three(tokenizer):
@@ -130,17 +135,25 @@ def clean_loads(tokenizer, tmp_path_factory):
     config = xlnet_lite.XLNetLiteConfig(vocab_size=len(tokenizer), d_model=32, n_layer=2, n_head=4, d_inner=48)
     xlnet_lite.XLNetLiteModel(config).save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
-    processes = {"silent": [(str(root / "tokenizer_only"), {}), (str(root / "model"), {"trust_remote_code": True})],
-                 "model_plain": [(str(root / "model"), {})]}
+    processes = {
+        "silent": [(str(root / "tokenizer_only"), {}), (str(root / "model"), {"trust_remote_code": True})],
+        "model_plain": [(str(root / "model"), {})],
+    }
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     runs = {}
     for name, loads in processes.items():
         workdir = root / f"run_{name}"  # not the package's folder: nothing on sys.path can stand in for xlnet_lite
         workdir.mkdir()
         command = [sys.executable, "-c", CLEAN_LOAD, json.dumps(loads), json.dumps(TEXTS)]
-        runs[name] = subprocess.Popen(command, cwd=workdir, env={**env, "HF_HOME": str(workdir / "hf_home"),
-                                      "HF_HUB_OFFLINE": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+        runs[name] = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env={**env, "HF_HOME": str(workdir / "hf_home"), "HF_HUB_OFFLINE": "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     results = {}
     for name, process in runs.items():
         out, err = process.communicate(timeout=300)
@@ -156,7 +169,9 @@ def assert_encodes_like(loaded, tokenizer):
     expected = tokenizer(TEXTS, padding=True).data
     assert loaded["batch"]["input_ids"] == expected["input_ids"]
     assert loaded["batch"]["attention_mask"] == expected["attention_mask"]
-    for got, want, mask in zip(loaded["batch"]["token_type_ids"], expected["token_type_ids"], expected["attention_mask"]):
+    for got, want, mask in zip(
+        loaded["batch"]["token_type_ids"], expected["token_type_ids"], expected["attention_mask"]
+    ):
         assert [g for g, m in zip(got, mask) if m] == [w for w, m in zip(want, mask) if m]
 
 
@@ -170,11 +185,15 @@ def test_loads_silently_where_xlnet_lite_is_missing(clean_loads, tokenizer):
         assert_encodes_like(loaded, tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "transformers 5.23: AutoTokenizer.from_pretrained loads config.json with AutoConfig before it reads "
-    "tokenizer_config.json, and a config with auto_map and an unregistered model_type asks 'run the custom code? "
-    "[y/N]' whatever the tokenizer files say; and no built-in tokenizer class keeps pad_token_type_id 3 "
-    "(XLNetTokenizer sets it before PreTrainedTokenizerBase.__init__ resets it to 0)."))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "transformers 5.23: AutoTokenizer.from_pretrained loads config.json with AutoConfig before it reads "
+        "tokenizer_config.json, and a config with auto_map and an unregistered model_type asks 'run the custom code? "
+        "[y/N]' whatever the tokenizer files say; and no built-in tokenizer class keeps pad_token_type_id 3 "
+        "(XLNetTokenizer sets it before PreTrainedTokenizerBase.__init__ resets it to 0)."
+    ),
+)
 def test_plain_autotokenizer_on_a_model_folder(clean_loads, tokenizer):
     run = clean_loads["model_plain"]
     [loaded] = run["loads"]

@@ -28,8 +28,10 @@ from xlnet_lite.tokenization_xlnet_lite import (
 def corpus(n=150, seed=0):
     """Sentences from a small lexicon with some rare words, accents and punctuation: many tied counts."""
     rng = random.Random(seed)
-    lexicon = ("the market bridge museum harbour opened closed rebuilt quiet famous Lyon Oslo Quito Zürich "
-               "café naïve tower gate road in of and 1901 1987 2011 (rare) x-ray co-op ‘quoted’").split()
+    lexicon = (
+        "the market bridge museum harbour opened closed rebuilt quiet famous Lyon Oslo Quito Zürich "
+        "café naïve tower gate road in of and 1901 1987 2011 (rare) x-ray co-op ‘quoted’"
+    ).split()
     return [" ".join(rng.choice(lexicon) for _ in range(rng.randint(3, 12))) + rng.choice(".!?") for _ in range(n)]
 
 
@@ -79,7 +81,7 @@ def test_same_file_whatever_the_order_and_form_of_the_input(tmp_path):
 
 def test_vocabulary_is_ranked_by_score_then_text():
     tokenizer = train_tokenizer(corpus(), vocab_size=VOCAB_SIZE)
-    pieces = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["vocab"][len(SPECIAL_TOKENS):]
+    pieces = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["vocab"][len(SPECIAL_TOKENS) :]
     assert pieces == sorted(pieces, key=lambda ps: (-ps[1], ps[0]))
     assert len({score for _, score in pieces}) < len(pieces)  # ties exist, so the text order is exercised
 
@@ -91,8 +93,11 @@ def test_word_counter_reads_the_words_the_trainer_reads():
     counter = _WordCounter(backend)
     for text in texts:
         counter.add(text)
-    expected = Counter(word for text in texts
-                       for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text)))
+    expected = Counter(
+        word
+        for text in texts
+        for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text))
+    )
     assert dict(counter.sorted_items()) == expected
 
 
@@ -119,8 +124,11 @@ def test_forward_backward_matches_enumeration():
     counts = np.array([3.0, 1.0, 2.0, 5.0, 1.0])
     pieces = ["▁", "a", "b", "c", "▁a", "ab", "ba", "bc", "abc", "▁ab", "aab", "bcc"]
     scores = np.log(np.random.default_rng(0).uniform(0.05, 1.0, len(pieces)))
-    np.testing.assert_allclose(_expected_counts(_lattice(words, pieces), counts, scores),
-                               brute_force_expected_counts(words, counts, pieces, scores), rtol=1e-12)
+    np.testing.assert_allclose(
+        _expected_counts(_lattice(words, pieces), counts, scores),
+        brute_force_expected_counts(words, counts, pieces, scores),
+        rtol=1e-12,
+    )
 
 
 @pytest.mark.parametrize("n_docs", [1, 40])

@@ -11,7 +11,12 @@ import torch
 pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
 
 from model_helpers import (  # noqa: E402
-    TINY, plain_relative_attention, randomise, run_both, segments_and_left_padding, twins,
+    TINY,
+    plain_relative_attention,
+    randomise,
+    run_both,
+    segments_and_left_padding,
+    twins,
 )
 
 import xlnet_lite  # noqa: E402
@@ -43,8 +48,19 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     seg_q, seg_k = torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
     blocked = torch.rand(1 if seed == 1 else B, Q, K, generator=gen) < 0.5
     blocked[-1, 4] = True  # a query that may see no key
-    out = relative_attention(qw, k, v, qr=qr if banded else None, kr=kr, pos=pos, gain=gain, seg_q=seg_q, seg_k=seg_k,
-                             blocked=blocked, qlen=Q)
+    out = relative_attention(
+        qw,
+        k,
+        v,
+        qr=qr if banded else None,
+        kr=kr,
+        pos=pos,
+        gain=gain,
+        seg_q=seg_q,
+        seg_k=seg_k,
+        blocked=blocked,
+        qlen=Q,
+    )
     expected = plain_relative_attention(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, Q)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     assert out[-1, 4].abs().max() == 0
@@ -60,8 +76,12 @@ def pretraining_batch(seed, length=T, targets=P):
     """A batch of the pretraining recipe's kind: tokens, factorization masks and targets, their labels."""
     perm_mask, target_mapping = xlnet_masks(B, length, targets, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    return dict(input_ids=torch.randint(0, 97, (B, length), generator=gen), perm_mask=perm_mask,
-                target_mapping=target_mapping, labels=torch.randint(0, 97, (B, targets), generator=gen))
+    return dict(
+        input_ids=torch.randint(0, 97, (B, length), generator=gen),
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+        labels=torch.randint(0, 97, (B, targets), generator=gen),
+    )
 
 
 def training_step(forward, model, inputs):
@@ -76,8 +96,12 @@ def test_model_on_the_kernels_equals_transformers():
     """Two streams with perm_mask, target_mapping, segments, left padding and a memory: transformers' logits."""
     hf, lite = twins(mem_len=7)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=1)
-    inputs = dict(input_ids=torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(2)),
-                  perm_mask=perm_mask, target_mapping=target_mapping, **segments_and_left_padding((B, T)))
+    inputs = dict(
+        input_ids=torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(2)),
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+        **segments_and_left_padding((B, T)),
+    )
     a, b = run_both(hf, lite, TRITON_ATTENTION, **inputs)
     torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
     with torch.no_grad():  # the next segment reads the memory
@@ -92,8 +116,11 @@ def test_a_training_step_has_the_explicit_kernels_gradients():
     config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=3).train()
     gen = torch.Generator().manual_seed(5)
-    inputs = dict(**pretraining_batch(4), mems=[torch.randn(B, 6, 32, generator=gen) for _ in range(2)],
-                  **segments_and_left_padding((B, T)))
+    inputs = dict(
+        **pretraining_batch(4),
+        mems=[torch.randn(B, 6, 32, generator=gen) for _ in range(2)],
+        **segments_and_left_padding((B, T)),
+    )
     results = {}
     for kernel in ("eager", TRITON_ATTENTION):
         model.config._attn_implementation = kernel
@@ -126,8 +153,9 @@ def test_refuses_other_models_and_a_cpu_without_the_interpreter(monkeypatch):
     import transformers
 
     with pytest.raises(ValueError, match="XLNet-Lite's own"):
-        config = transformers.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                         intermediate_size=16, vocab_size=20)
+        config = transformers.BertConfig(
+            hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, vocab_size=20
+        )
         bert = transformers.AutoModel.from_config(config, attn_implementation=TRITON_ATTENTION)
         bert(torch.zeros(1, 4, dtype=torch.long))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -270,6 +298,7 @@ def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong
             out.register_hook(lambda grad: grad * factor)  # the same output, its gradient times factor
             out.backward(x["grad"])
             return out
+
         return row
 
     def plain(x, dropout, backward=True):
@@ -281,8 +310,15 @@ def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong
         return out
 
     rows, refused_rows, error, grad_error = bench.checked(
-        {"sdpa_path": plain, "no_kernel": Refused(None), "double": scaled_grad(2.0), "nan": scaled_grad(float("nan")),
-         "kr": kr_grad_doubled}, x)
+        {
+            "sdpa_path": plain,
+            "no_kernel": Refused(None),
+            "double": scaled_grad(2.0),
+            "nan": scaled_grad(float("nan")),
+            "kr": kr_grad_doubled,
+        },
+        x,
+    )
     assert set(rows) == {"sdpa_path", "double", "nan", "kr"}
     assert refused_rows == {"no_kernel": "No available kernel. Aborting execution."}
     assert error == {"sdpa_path": 0.0, "double": 0.0, "nan": 0.0, "kr": 0.0}
@@ -300,8 +336,12 @@ def test_cuda_launch_settings_by_precision():
     cuda = torch.device("cuda")  # only read by _blocks: no GPU needed
     for dtype in (torch.bfloat16, torch.float16):
         assert ta._blocks(cuda, 64, dtype) == (32, 64, dict(num_warps=4, num_stages=3), dict(num_warps=4, num_stages=1))
-    assert ta._blocks(cuda, 64, torch.float32) == (32, 64, dict(num_warps=8, num_stages=1),
-                                                   dict(num_warps=8, num_stages=1))
+    assert ta._blocks(cuda, 64, torch.float32) == (
+        32,
+        64,
+        dict(num_warps=8, num_stages=1),
+        dict(num_warps=8, num_stages=1),
+    )
     assert ta._blocks(torch.device("cpu"), 12, torch.float32) == (16, 16, {}, {})
 
 
@@ -320,11 +360,28 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
 
     out = tmp_path / "resources.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    subprocess.run([sys.executable, "-m", "benchmarks.triton_resources", "--dtypes", "bf16", "--tiles",
-                    str(triton_attention.CUDA_TILE), "--warps", str(triton_attention.CUDA_WARPS), "--stages",
-                    str(triton_attention.CUDA_STAGES),
-                    "--out", str(out)], check=True, env=env, capture_output=True, timeout=600,
-                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.triton_resources",
+            "--dtypes",
+            "bf16",
+            "--tiles",
+            str(triton_attention.CUDA_TILE),
+            "--warps",
+            str(triton_attention.CUDA_WARPS),
+            "--stages",
+            str(triton_attention.CUDA_STAGES),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     rows = json.loads(out.read_text())["rows"]
     assert [r["kernel"] for r in rows] == ["forward", "dk_dv", "dq", "dkr"]
     for row in rows:
@@ -349,19 +406,36 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
     (pytest_args,), gpu_calls = calls["pytest"], calls["benchmarks.bench_gpu"]
     assert "benchmarks.profile_gpu" not in calls  # only with PROFILE_S set
     selection = pytest_args[pytest_args.index("-k") + 1]
-    collected = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-k", selection,
-                                "--collect-only", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
-                               cwd=REPO)
+    collected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "tests/test_gpu.py",
+            "-k",
+            selection,
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
     assert len(names) == 14 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
-        variants = gpu_args[gpu_args.index("--variants") + 1:gpu_args.index("--out")]
+        variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
         assert variants and set(variants) <= set(bench_gpu.NAMES) and any("triton" in v for v in variants)
     assert [a[a.index("--dropout") + 1] for a in calls["benchmarks.bench_triton_attention"]] == ["0"]
     (tmp_path / "profiled").mkdir()
-    done, recorded = run_recording_python3("benchmarks/run_triton_on_gpu.sh", tmp_path / "profiled",
-                                           OUT=str(tmp_path / "out2"), PROFILE_S="60")
+    done, recorded = run_recording_python3(
+        "benchmarks/run_triton_on_gpu.sh", tmp_path / "profiled", OUT=str(tmp_path / "out2"), PROFILE_S="60"
+    )
     assert done.returncode == 0, done.stderr
     (profile_args,) = [args[2:] for args in recorded if args[:2] == ["-m", "benchmarks.profile_gpu"]]
     assert profile_args[profile_args.index("--variant") + 1] in bench_gpu.NAMES

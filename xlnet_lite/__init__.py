@@ -34,8 +34,11 @@ __version__ = "0.1.0"
 
 
 def _triton_attention_for_xlnet_lite_only(module, *args, **kwargs):
-    raise ValueError(f"attn_implementation='{TRITON_ATTENTION}' is XLNet-Lite's own relative attention kernel; "
-                     f"{type(module).__name__} cannot use it")
+    raise ValueError(
+        f"attn_implementation='{TRITON_ATTENTION}' is XLNet-Lite's own relative attention kernel; "
+        f"{type(module).__name__} cannot use it"
+    )
+
 
 # Each class with its Auto class. As transformers maps XLNet, AutoModelForQuestionAnswering gives the simple span
 # head; the SQuAD 2.0 head is loaded by its class (a saved one maps AutoModelForQuestionAnswering to itself for

@@ -17,11 +17,23 @@ from .errors import RecipeError
 
 # GLUE column names (nyu-mll/glue).
 TASK_TO_KEYS = {
-    "cola": ("sentence", None), "sst2": ("sentence", None), "mrpc": ("sentence1", "sentence2"),
-    "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"), "mnli": ("premise", "hypothesis"),
-    "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
+    "cola": ("sentence", None),
+    "sst2": ("sentence", None),
+    "mrpc": ("sentence1", "sentence2"),
+    "qqp": ("question1", "question2"),
+    "stsb": ("sentence1", "sentence2"),
+    "mnli": ("premise", "hypothesis"),
+    "qnli": ("question", "sentence"),
+    "rte": ("sentence1", "sentence2"),
+    "wnli": ("sentence1", "sentence2"),
 }
-FILE_FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}), ".jsonl": ("json", {})}
+FILE_FORMATS = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"delimiter": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+}
+
 
 @dataclass
 class Split:
@@ -34,8 +46,9 @@ class Split:
 EMBEDDED_TASKS = ("newsgroups", "news_topic", "rotten_tomatoes")
 
 
-def load_splits(*, task_name=None, train_file=None, validation_file=None, test_file=None,
-                embedded_task="newsgroups") -> dict[str, Split]:
+def load_splits(
+    *, task_name=None, train_file=None, validation_file=None, test_file=None, embedded_task="newsgroups"
+) -> dict[str, Split]:
     """train, validation (validation_mismatched for MNLI) and optionally test: a GLUE task from the Hub, files, or
     an embedded task (xlnet_lite.embedded_datasets): `newsgroups` (20 Newsgroups, 20 classes), `news_topic` (the
     topic of a news article) or `rotten_tomatoes` (movie-review sentiment)."""
@@ -46,9 +59,11 @@ def load_splits(*, task_name=None, train_file=None, validation_file=None, test_f
         return {name: Split(load_data_file(path), path) for name, path in files.items() if path}
     from . import embedded_datasets
 
-    readers = {"newsgroups": (embedded_datasets.embedded_newsgroups, "embedded 20 Newsgroups"),
-               "news_topic": (embedded_datasets.embedded_news_topics, "embedded news topics"),
-               "rotten_tomatoes": (embedded_datasets.embedded_rotten_tomatoes, "embedded Rotten Tomatoes")}
+    readers = {
+        "newsgroups": (embedded_datasets.embedded_newsgroups, "embedded 20 Newsgroups"),
+        "news_topic": (embedded_datasets.embedded_news_topics, "embedded news topics"),
+        "rotten_tomatoes": (embedded_datasets.embedded_rotten_tomatoes, "embedded Rotten Tomatoes"),
+    }
     if embedded_task not in readers:
         raise RecipeError(f"unknown embedded task {embedded_task!r}; choose one of {', '.join(EMBEDDED_TASKS)}")
     read, title = readers[embedded_task]
@@ -73,11 +88,18 @@ def _glue_splits(task):
     ds = datasets.load_dataset("nyu-mll/glue", task)
     names = {"train": "train", "validation": "validation", "test": "test"}
     if task == "mnli":
-        names = {"train": "train", "validation": "validation_matched", "validation_mismatched": "validation_mismatched",
-                 "test": "test_matched"}
+        names = {
+            "train": "train",
+            "validation": "validation_matched",
+            "validation_mismatched": "validation_mismatched",
+            "test": "test_matched",
+        }
     keys = [k for k in TASK_TO_KEYS[task] if k]
     renamed = dict(zip(keys, ["sentence"] if len(keys) == 1 else ["sentence1", "sentence2"]))
-    splits = {ours: Split(ds[theirs].rename_columns(renamed), f"nyu-mll/glue/{task} ({theirs})") for ours, theirs in names.items()}
+    splits = {
+        ours: Split(ds[theirs].rename_columns(renamed), f"nyu-mll/glue/{task} ({theirs})")
+        for ours, theirs in names.items()
+    }
     splits["test"].data = splits["test"].data.remove_columns("label")  # GLUE hides test labels (-1)
     return splits
 
@@ -222,8 +244,10 @@ def check_long_document_mode(split: Split, mode):
     """head_tail and windows cut one text; a pair of texts would lose the <sep> between them."""
     first, second = text_columns(split)
     if mode in ONE_TEXT_MODES and second:
-        raise RecipeError(f"--long_document_mode {mode} reads one text column (`sentence`); {split.source} has two "
-                          f"(`{first}`, `{second}`): use truncate or mems")
+        raise RecipeError(
+            f"--long_document_mode {mode} reads one text column (`sentence`); {split.source} has two "
+            f"(`{first}`, `{second}`): use truncate or mems"
+        )
 
 
 def default_head_len(max_len):
@@ -237,7 +261,7 @@ def head_and_tail(ids, max_len, head_len):
     classification") found the head and the tail of a long review to classify better than either alone."""
     if len(ids) <= max_len:
         return list(ids)
-    return list(ids[:head_len]) + list(ids[len(ids) - (max_len - head_len):])
+    return list(ids[:head_len]) + list(ids[len(ids) - (max_len - head_len) :])
 
 
 def windows(ids, max_len, max_windows=None):
@@ -249,8 +273,18 @@ def windows(ids, max_len, max_windows=None):
     return [body[i : i + step] + end for i in range(0, max(len(body), 1), step)[:max_windows]]
 
 
-def tokenize_split(split: Split, tokenizer, labels: Labels, train_source, *, max_len, mode, max_samples, head_len=None,
-                   max_windows=None):
+def tokenize_split(
+    split: Split,
+    tokenizer,
+    labels: Labels,
+    train_source,
+    *,
+    max_len,
+    mode,
+    max_samples,
+    head_len=None,
+    max_windows=None,
+):
     """input_ids / token_type_ids (whole texts in mems mode; the first max_len tokens in truncate mode; the first
     head_len (default: default_head_len) and the last max_len - head_len in head_tail mode), labels, index, n_segments.
     In windows mode a row per window (the text's first `max_windows` windows, all when None), each with its text's
@@ -372,14 +406,18 @@ class SegmentCollator:
     def __call__(self, examples):
         counts = {ex["n_segments"] for ex in examples}
         if len(counts) != 1:
-            raise RecipeError(f"a batch mixes documents of {sorted(counts)} segments; batches must come from SegmentCountBatchSampler")
+            raise RecipeError(
+                f"a batch mixes documents of {sorted(counts)} segments; batches must come from SegmentCountBatchSampler"
+            )
         n_prefix = (counts.pop() - 1) * self.segment_len
         prefix_ids = torch.tensor([ex["input_ids"][:n_prefix] for ex in examples], dtype=torch.long)
         prefix_types = torch.tensor([ex["token_type_ids"][:n_prefix] for ex in examples], dtype=torch.long)
         batch = {
             "prefix_input_ids": prefix_ids.view(len(examples), -1, self.segment_len),  # (B, S-1, T)
             "prefix_token_type_ids": prefix_types.view(len(examples), -1, self.segment_len),
-            **self.pad_left([ex["input_ids"][n_prefix:] for ex in examples], [ex["token_type_ids"][n_prefix:] for ex in examples]),
+            **self.pad_left(
+                [ex["input_ids"][n_prefix:] for ex in examples], [ex["token_type_ids"][n_prefix:] for ex in examples]
+            ),
             "index": torch.tensor([ex["index"] for ex in examples], dtype=torch.long),
         }
         if "labels" in examples[0]:

@@ -237,7 +237,10 @@ def sample_spans(
         ok = alive & (end <= L)
         begins[:, k] = torch.where(ok, beg, 0)
         ends[:, k] = torch.where(ok, end, 0)
-        gained = cum_eligible.gather(1, end.clamp(max=L)[:, None])[:, 0] - cum_eligible.gather(1, beg.clamp(max=L)[:, None])[:, 0]
+        gained = (
+            cum_eligible.gather(1, end.clamp(max=L)[:, None])[:, 0]
+            - cum_eligible.gather(1, beg.clamp(max=L)[:, None])[:, 0]
+        )
         num = torch.where(ok, num + gained, num)
         cur = torch.where(ok, end + ctx - left, cur)
         alive = ok & (num < goal) & (cur < L)
@@ -415,7 +418,8 @@ class DataCollatorForXLNetPretraining:
         out = {"input_ids": _left_pad(seqs, T, self.pad_id)}
         given_mask = (
             _left_pad([_as_1d_long("attention_mask", e["attention_mask"]) for e in examples], T, 0)
-            if "attention_mask" in examples[0] else None
+            if "attention_mask" in examples[0]
+            else None
         )
         if "token_type_ids" in examples[0]:
             types = [_as_1d_long("token_type_ids", e["token_type_ids"]) for e in examples]
@@ -443,8 +447,9 @@ class DataCollatorForXLNetPretraining:
                 part_real = real[:, lo:hi].sum(1)
                 part_goal = torch.round(goal * part_real / n_real.clamp(min=1)).long()
             assigned += part_goal
-            is_target[:, lo:hi] = self._sample_part(ids[:, lo:hi], real[:, lo:hi], eligible[:, lo:hi],
-                                                     reversed_rows, part_goal)
+            is_target[:, lo:hi] = self._sample_part(
+                ids[:, lo:hi], real[:, lo:hi], eligible[:, lo:hi], reversed_rows, part_goal
+            )
         return is_target
 
     def _sample_part(self, ids, real, eligible, reversed_rows, goal) -> torch.Tensor:
@@ -457,8 +462,13 @@ class DataCollatorForXLNetPretraining:
         start_ok = self.boundaries.flags(ids)
         first = real.long().argmax(1)
         begins, ends = sample_spans(
-            start_ok, eligible, goal, first, plm_probability=self.plm_probability,
-            max_span_length=self.max_span_length, generator=self.generator,
+            start_ok,
+            eligible,
+            goal,
+            first,
+            plm_probability=self.plm_probability,
+            max_span_length=self.max_span_length,
+            generator=self.generator,
         )
         mask = spans_to_mask(begins, ends, ids.shape[1]) & eligible
         mask = fill_budget(mask, eligible, goal - mask.sum(1), self.generator)
@@ -533,7 +543,7 @@ def _left_pad(seqs: list[torch.Tensor], length: int, value: int) -> torch.Tensor
         return torch.stack(seqs)
     out = torch.full((len(seqs), length), value, dtype=torch.long)
     for row, s in enumerate(seqs):
-        out[row, length - len(s):] = s
+        out[row, length - len(s) :] = s
     return out
 
 

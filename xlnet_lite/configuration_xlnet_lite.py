@@ -85,7 +85,9 @@ class XLNetLiteConfig(PreTrainedConfig):
                 f"choose n_head among the divisors of d_model, e.g. {_divisors(self.d_model)}"
             )
         if self.d_head != self.d_model // self.n_head:
-            raise ValueError(f"XLNetLiteConfig.d_head ({self.d_head}) must equal d_model // n_head ({self.d_model // self.n_head})")
+            raise ValueError(
+                f"XLNetLiteConfig.d_head ({self.d_head}) must equal d_model // n_head ({self.d_model // self.n_head})"
+            )
         _check_choice("attn_type", self.attn_type, ATTN_TYPES)
         _check_choice("ff_activation", self.ff_activation, FF_ACTIVATIONS)
         _check_choice("summary_type", self.summary_type, SUMMARY_TYPES)
@@ -94,7 +96,9 @@ class XLNetLiteConfig(PreTrainedConfig):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"XLNetLiteConfig.{name} must be None or an integer >= 0, got {value!r}")
         if not isinstance(self.clamp_len, int) or self.clamp_len < -1:
-            raise ValueError(f"XLNetLiteConfig.clamp_len must be -1 (no clamping) or an integer >= 0, got {self.clamp_len!r}")
+            raise ValueError(
+                f"XLNetLiteConfig.clamp_len must be -1 (no clamping) or an integer >= 0, got {self.clamp_len!r}"
+            )
         for name in ("dropout", "summary_last_dropout"):
             value = getattr(self, name)
             if not 0 <= value < 1:

@@ -39,7 +39,9 @@ def hf_class(lite_class):
 def _shared_fields(config, target_class):
     """Every field of `config` that `target_class` also declares (plus labels and problem type)."""
     names = {f.name for f in dataclasses.fields(target_class)} | {"num_labels"}
-    values = {k: v for k, v in config.to_dict().items() if k in names and k not in ("model_type", "architectures", "auto_map")}
+    values = {
+        k: v for k, v in config.to_dict().items() if k in names and k not in ("model_type", "architectures", "auto_map")
+    }
     values["num_labels"] = config.num_labels
     return values
 

@@ -136,8 +136,14 @@ class TextFileDocuments:
         """What identifies these documents without reading them: the file (as `datasets` identifies a local data
         file: path, size, modification time) and the part, with the way the part is chosen."""
         stat = self.path.stat()
-        return {"file": str(self.path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                "hold_out": self.hold_out, "part": self.part, "held_out_positions": "stride middles"}
+        return {
+            "file": str(self.path.resolve()),
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "hold_out": self.hold_out,
+            "part": self.part,
+            "held_out_positions": "stride middles",
+        }
 
 
 def count_text_documents(path: str | os.PathLike) -> int:
@@ -247,12 +253,21 @@ def tokenize_documents(documents, tokenizer, *, text_column: str = "text", batch
     if isinstance(documents, datasets.IterableDataset):
         remove = columns if columns is not None else [text_column]
         return documents.map(
-            _tokenize_batch, batched=True, batch_size=batch_size, fn_kwargs=fn_kwargs,
-            remove_columns=remove, features=features,
+            _tokenize_batch,
+            batched=True,
+            batch_size=batch_size,
+            fn_kwargs=fn_kwargs,
+            remove_columns=remove,
+            features=features,
         )
     return documents.map(
-        _tokenize_batch, batched=True, batch_size=batch_size, fn_kwargs=fn_kwargs,
-        remove_columns=columns, features=features, desc="Tokenizing",
+        _tokenize_batch,
+        batched=True,
+        batch_size=batch_size,
+        fn_kwargs=fn_kwargs,
+        remove_columns=columns,
+        features=features,
+        desc="Tokenizing",
     )
 
 
@@ -649,7 +664,7 @@ class PretrainingStream:
         tot_len = self.seq_len - self.reuse_len - 3
         a0, a1, b0, b1, _ = split_a_and_b(self._bounds[row], self.row_len, begin, tot_len, self._rng)
         input_ids = np.empty(self.seq_len, dtype=np.int64)
-        input_ids[:begin - start] = self._window(row, start, begin)
+        input_ids[: begin - start] = self._window(row, start, begin)
         k = begin - start
         input_ids[k : k + a1 - a0] = self._window(row, a0, a1)
         k += a1 - a0
@@ -691,16 +706,19 @@ class PretrainingStream:
         """Resume from `state_dict()`; the stream must have been built on the same corpus and layout."""
         if state["layout"] != self._layout_signature():
             raise ValueError(
-                f"state_dict was saved for a different stream layout: {state['layout']} != "
-                f"{self._layout_signature()}"
+                f"state_dict was saved for a different stream layout: {state['layout']} != {self._layout_signature()}"
             )
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self._rng.bit_generator.state = state["rng"]
 
     def _layout_signature(self) -> dict:
         return {
-            "num_tokens": self.num_tokens, "batch_size": self.batch_size, "seq_len": self.seq_len,
-            "reuse_len": self.reuse_len, "bi_data": self.bi_data, "rank": self.rank,
+            "num_tokens": self.num_tokens,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "reuse_len": self.reuse_len,
+            "bi_data": self.bi_data,
+            "rank": self.rank,
             "world_size": self.world_size,
         }
 
@@ -730,8 +748,17 @@ def build_eval_batches(
     from one to the next while evaluating. `max_batches` keeps only the first batches.
     """
     stream = PretrainingStream(
-        token_source, tokenizer, batch_size=batch_size, seq_len=seq_len, reuse_len=reuse_len,
-        bi_data=bi_data, seed=seed, rank=rank, world_size=world_size, loop=False, text_column=text_column,
+        token_source,
+        tokenizer,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        reuse_len=reuse_len,
+        bi_data=bi_data,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        loop=False,
+        text_column=text_column,
     )
     n = stream.steps_per_epoch if max_batches is None else min(max_batches, stream.steps_per_epoch)
     return [stream.next_batch() for _ in range(n)]

@@ -77,7 +77,9 @@ _SECTION_TOPICS = {
     **dict.fromkeys(["politics", "uk-politics", "scotland-politics"], "politics"),
     **dict.fromkeys(["world", "international", "europe", "asia", "middleeast", "africa", "americas", "china"], "world"),
     **dict.fromkeys(["business", "economy", "money"], "business"),
-    **dict.fromkeys(["sport", "sports", "football", "soccer", "golf", "tennis", "motorsport", "cricket", "rugby-union"], "sport"),
+    **dict.fromkeys(
+        ["sport", "sports", "football", "soccer", "golf", "tennis", "motorsport", "cricket", "rugby-union"], "sport"
+    ),
     **dict.fromkeys(["health", "science", "technology", "tech", "science-environment"], "health & science"),
     **dict.fromkeys(["entertainment", "entertainment-arts", "arts"], "entertainment"),
 }
@@ -151,9 +153,16 @@ def embedded_news_topics(articles: Sequence[dict[str, str]] | None = None):
         columns[split]["sentence"].append(row["text"])
         columns[split]["label"].append(NEWS_TOPICS.index(topic))
         columns[split]["article_id"].append(row["article_id"])
-    features = datasets.Features({"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=NEWS_TOPICS),
-                                  "article_id": datasets.Value("string")})
-    return datasets.DatasetDict({name: datasets.Dataset.from_dict(cols, features=features) for name, cols in columns.items()})
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=NEWS_TOPICS),
+            "article_id": datasets.Value("string"),
+        }
+    )
+    return datasets.DatasetDict(
+        {name: datasets.Dataset.from_dict(cols, features=features) for name, cols in columns.items()}
+    )
 
 
 def embedded_news_pretraining_texts(articles: Sequence[dict[str, str]] | None = None) -> list[str]:
@@ -268,10 +277,14 @@ def embedded_newsgroups():
     for group, text in train:
         rows[newsgroups_split(text)].append((group, text))
     features = datasets.Features({"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
-    return datasets.DatasetDict({
-        split: datasets.Dataset.from_dict({"sentence": [t for _, t in r], "label": [names.index(g) for g, _ in r]},
-                                          features=features)
-        for split, r in rows.items()})
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {"sentence": [t for _, t in r], "label": [names.index(g) for g, _ in r]}, features=features
+            )
+            for split, r in rows.items()
+        }
+    )
 
 
 def embedded_newsgroups_pretraining_texts() -> list[str]:

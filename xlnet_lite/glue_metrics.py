@@ -36,7 +36,10 @@ def pearson_spearman(predictions, references):
 
     predictions = np.asarray(predictions, dtype=np.float64)
     references = np.asarray(references, dtype=np.float64)
-    return {"pearson": float(pearsonr(predictions, references)[0]), "spearmanr": float(spearmanr(predictions, references)[0])}
+    return {
+        "pearson": float(pearsonr(predictions, references)[0]),
+        "spearmanr": float(spearmanr(predictions, references)[0]),
+    }
 
 
 def glue_metrics(task_name, predictions, references):

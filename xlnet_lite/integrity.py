@@ -53,8 +53,11 @@ def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
 def write_manifest(folder: Path):
     """Record the size and hash of every file under `folder` in `folder/manifest.json` (written last)."""
     folder = Path(folder)
-    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "hash": file_digest(p)}
-             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    files = {
+        str(p.relative_to(folder)): {"size": p.stat().st_size, "hash": file_digest(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
     (folder / MANIFEST).write_text(json.dumps({"format": 1, "algorithm": ALGORITHM, "files": files}, indent=1) + "\n")
 
 
@@ -114,9 +117,11 @@ def save_error(folder: Path, error: Exception, *, needed_bytes: int, what: str) 
     free = shutil.disk_usage(existing).free
     reason = error.strerror if isinstance(error, OSError) and error.strerror else f"{type(error).__name__}: {error}"
     reason = " ".join(reason.split())[:300]
-    return SaveError(f"could not write {what} in {folder}: {reason}; it needs about "
-                     f"{_megabytes(needed_bytes)} free and {existing} has {_megabytes(free)}. What was saved "
-                     "before is intact; free some space and resume with --resume_from_checkpoint latest")
+    return SaveError(
+        f"could not write {what} in {folder}: {reason}; it needs about "
+        f"{_megabytes(needed_bytes)} free and {existing} has {_megabytes(free)}. What was saved "
+        "before is intact; free some space and resume with --resume_from_checkpoint latest"
+    )
 
 
 def _megabytes(n: int) -> str:
@@ -141,8 +146,10 @@ class OutputLock:
             except BlockingIOError:
                 holder = _describe(_read_holder(fd))
                 os.close(fd)
-                raise RecipeError(f"--output_dir {self.folder} is in use by another run ({holder}); wait for it to end "
-                                  "or choose another --output_dir") from None
+                raise RecipeError(
+                    f"--output_dir {self.folder} is in use by another run ({holder}); wait for it to end "
+                    "or choose another --output_dir"
+                ) from None
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # the holder removed the file between our open and our lock: lock the new one
@@ -151,11 +158,16 @@ class OutputLock:
         if previous:  # the lock was free, so its holder is gone: killed, or a crash before it could remove the file
             if previous.get("host") != socket.gethostname():
                 os.close(fd)
-                raise RecipeError(f"--output_dir {self.folder} is locked by a run on another host ({_describe(previous)});"
-                                  f" if that run is over, remove {self.path}")
+                raise RecipeError(
+                    f"--output_dir {self.folder} is locked by a run on another host ({_describe(previous)});"
+                    f" if that run is over, remove {self.path}"
+                )
             warning = f"--output_dir {self.folder}: taking over the lock of a run that is gone ({_describe(previous)})"
-        holder = {"host": socket.gethostname(), "pid": os.getpid(),
-                  "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
         os.fsync(fd)

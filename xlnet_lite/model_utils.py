@@ -47,7 +47,7 @@ def reinit_top_layers(model, n: int):
     layers = model.transformer.layer
     if not 0 <= n <= len(layers):
         raise ValueError(f"n must be in [0, n_layer={len(layers)}], got {n}")
-    for layer in layers[len(layers) - n:]:
+    for layer in layers[len(layers) - n :]:
         layer.apply(model._init_weights)
 
 
@@ -84,8 +84,9 @@ def read_segments(transformer, input_ids, token_type_ids=None, *, mem_len=None, 
     """
     for k in range(input_ids.shape[1]):
         types = None if token_type_ids is None else token_type_ids[:, k]
-        out = transformer(input_ids=input_ids[:, k], token_type_ids=types, mems=mems, use_mems=False,
-                          output_hidden_states=True)
+        out = transformer(
+            input_ids=input_ids[:, k], token_type_ids=types, mems=mems, use_mems=False, output_hidden_states=True
+        )
         inputs = out.hidden_states[: transformer.config.n_layer]  # each layer's input, (B, T, H)
         mems = list(inputs) if mems is None else [torch.cat([m, h], dim=1) for m, h in zip(mems, inputs)]  # (B, M, H)
         if mem_len:

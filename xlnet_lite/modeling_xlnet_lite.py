@@ -39,7 +39,6 @@ from transformers.utils import ModelOutput
 
 from .configuration_xlnet_lite import XLNetLiteConfig
 
-
 # ----------------------------------------------------------------------------------------------------------
 # Outputs
 
@@ -261,7 +260,7 @@ def shifted_rows(flat, *, qlen, klen, rows, R):
     row i of the result starts qlen - i columns into row i, i.e. at flat offset qlen + i * (R - 1): rows of R - 1
     from offset qlen. rows may be T + 1 (predict_next's query row at position T continues the content rows).
     Returns (..., rows, klen)."""
-    return flat[..., qlen:qlen + rows * (R - 1)].unflatten(-1, (rows, R - 1))[..., :klen]
+    return flat[..., qlen : qlen + rows * (R - 1)].unflatten(-1, (rows, R - 1))[..., :klen]
 
 
 class _ShiftedPositionalScores(torch.autograd.Function):
@@ -454,13 +453,32 @@ class XLNetLiteRelativeAttention(nn.Module):
         u, v_bias, b = biases
         q = q.transpose(1, 2)  # (B, N, Q, D)
         if kernel == "flex_attention":
-            return flex_attend(self, q, keys, biases=biases, seg_q=seg_q, seg_keys=seg_keys, blocked=blocked,
-                               query_pos=query_pos, qlen=qlen), None
+            return flex_attend(
+                self,
+                q,
+                keys,
+                biases=biases,
+                seg_q=seg_q,
+                seg_keys=seg_keys,
+                blocked=blocked,
+                query_pos=query_pos,
+                qlen=qlen,
+            ), None
         if kernel == TRITON_ATTENTION:
-            return triton_attend(self, q, keys, biases=biases, seg_q=seg_q, seg_keys=seg_keys, blocked=blocked,
-                                 query_pos=query_pos, qlen=qlen), None
-        pos = positional_term(biased(q, v_bias) * self.scale, kr, qlen=qlen, klen=k.shape[2],
-                              query_pos=query_pos)  # (B, N, Q, K)
+            return triton_attend(
+                self,
+                q,
+                keys,
+                biases=biases,
+                seg_q=seg_q,
+                seg_keys=seg_keys,
+                blocked=blocked,
+                query_pos=query_pos,
+                qlen=qlen,
+            ), None
+        pos = positional_term(
+            biased(q, v_bias) * self.scale, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos
+        )  # (B, N, Q, K)
         q_aug = biased(q, u)
         if seg_q is not None:
             gain = segment_gain(self, q, b)[..., None]  # (B, N, Q, 1): what a same-segment key adds
@@ -511,15 +529,25 @@ class XLNetLiteRelativeAttention(nn.Module):
                 seg_q = None if seg_q is None else seg_q[:, rows]
                 blocked = None if blocked is None else blocked[:, :, rows]
             vec_h, prob_h = self.attend(
-                self.project(current, self.q), keys, seg_q=seg_q, blocked=blocked, no_key=None, query_pos=query_pos,
+                self.project(current, self.q),
+                keys,
+                seg_q=seg_q,
+                blocked=blocked,
+                no_key=None,
+                query_pos=query_pos,
                 **core,
             )
             out_h = self.post_attention(h, vec_h)
         if g is None:
             return out_h, None, (prob_h,)
         vec_g, prob_g = self.attend(
-            self.project(g, self.q), keys, seg_q=ai.seg_query_g, blocked=ai.blocked_g, no_key=ai.no_key_g,
-            query_pos=ai.query_pos, **core,
+            self.project(g, self.q),
+            keys,
+            seg_q=ai.seg_query_g,
+            blocked=ai.blocked_g,
+            no_key=ai.no_key_g,
+            query_pos=ai.query_pos,
+            **core,
         )
         if ai.query_valid is not None:  # all-zero target_mapping rows get no attention output
             vec_g = vec_g * ai.query_valid
@@ -531,7 +559,12 @@ class XLNetLiteRelativeAttention(nn.Module):
         T = h.shape[1]
         hg = torch.cat([h, g], dim=1)  # (B, T + 1, H)
         vec, prob = self.attend(
-            self.project(hg, self.q), keys, seg_q=None, blocked=ai.blocked_h, no_key=ai.no_key_fused, query_pos=None,
+            self.project(hg, self.q),
+            keys,
+            seg_q=None,
+            blocked=ai.blocked_h,
+            no_key=ai.no_key_fused,
+            query_pos=None,
             **core,
         )
         out = self.post_attention(hg, vec)  # (B, T + 1, H)
@@ -586,22 +619,29 @@ def flex_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, q
     GPU). A row with every key blocked comes out 0, as the explicit kernel's no_key rows. flex_attention takes no
     dropout on the probabilities: training with dropout raises. q (B, N, Q, D) -> (B, Q, N*D)."""
     if attn.training and attn.dropout.p > 0:
-        raise ValueError(f"attn_implementation='flex_attention' has no attention dropout: train with dropout 0 (the "
-                         f"pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'")
+        raise ValueError(
+            f"attn_implementation='flex_attention' has no attention dropout: train with dropout 0 (the "
+            f"pretraining recipe's default; this model has {attn.dropout.p}) or use 'sdpa'"
+        )
     if q.is_cuda and attn.d_head < 16:
-        raise ValueError(f"attn_implementation='flex_attention' needs a head size of at least 16 on CUDA (its "
-                         f"kernels' smallest); this model has d_model / n_head = {attn.d_head}: use 'sdpa'")
+        raise ValueError(
+            f"attn_implementation='flex_attention' needs a head size of at least 16 on CUDA (its "
+            f"kernels' smallest); this model has d_model / n_head = {attn.d_head}: use 'sdpa'"
+        )
     if not q.is_cuda and torch.compiler.is_compiling():
-        raise ValueError("attn_implementation='flex_attention' under torch.compile needs CUDA: PyTorch's compiled CPU "
-                         "flex kernels have no backward (and gave wrong outputs on lengths that are not multiples of "
-                         "128 here); use 'eager' or 'sdpa' on the CPU")
+        raise ValueError(
+            "attn_implementation='flex_attention' under torch.compile needs CUDA: PyTorch's compiled CPU "
+            "flex kernels have no backward (and gave wrong outputs on lengths that are not multiples of "
+            "128 here); use 'eager' or 'sdpa' on the CPU"
+        )
     k, v, kr = keys
     u, v_bias, b = biases
     B, N, Q, _ = q.shape
     if Q == 0:  # no query rows (an empty target_mapping): flex_attention's reference path cannot index them
         return q.new_zeros(B, 0, N * v.shape[-1])
-    pos = positional_term(biased(q, v_bias) * attn.scale, kr, qlen=qlen, klen=k.shape[2],
-                          query_pos=query_pos)  # (B, N, Q, K)
+    pos = positional_term(
+        biased(q, v_bias) * attn.scale, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos
+    )  # (B, N, Q, K)
     gain = None if seg_q is None else (segment_gain(attn, q, b) * attn.scale).contiguous()  # (B, N, Q)
     if seg_q is not None:
         seg_q, seg_keys = seg_q.contiguous(), seg_keys.contiguous()  # (B, Q), (B, K)
@@ -647,9 +687,16 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
     else:
         positional = dict(pos=positional_term(qr, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos))
     out = relative_attention(
-        biased(q, u) * attn.scale, k, v, **positional, qlen=qlen,
-        gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale, seg_q=seg_q, seg_k=seg_keys,
-        blocked=None if blocked is None else blocked[:, 0], dropout_p=attn.dropout.p if attn.training else 0.0,
+        biased(q, u) * attn.scale,
+        k,
+        v,
+        **positional,
+        qlen=qlen,
+        gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale,
+        seg_q=seg_q,
+        seg_k=seg_keys,
+        blocked=None if blocked is None else blocked[:, 0],
+        dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
     return out.flatten(2)
 
@@ -675,7 +722,9 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
         self.ff = XLNetLiteFeedForward(config)
 
     def forward(self, h, g, mem, ai, *, biases, kernel, cache=None, content=True, rows=None):
-        h, g, probs = self.rel_attn(h, g, mem, ai, biases=biases, kernel=kernel, cache=cache, content=content, rows=rows)
+        h, g, probs = self.rel_attn(
+            h, g, mem, ai, biases=biases, kernel=kernel, cache=cache, content=content, rows=rows
+        )
         if g is None:
             return self.ff(h), None, probs
         if not content:
@@ -738,13 +787,13 @@ class XLNetLiteCache:
         batch = like.shape[0]
         if self.padding is None or self.end + qlen > self.padding.shape[1]:
             self._grow(batch, qlen, like)
-        new = self.padding[:, self.end:self.end + qlen]  # (B, T)
+        new = self.padding[:, self.end : self.end + qlen]  # (B, T)
         if pad_mask is None:
             new.zero_()
         else:
             new.copy_(pad_mask)
             self.has_padding = True
-        return self.padding[:, self.start:self.end] if self.has_padding else None
+        return self.padding[:, self.start : self.end] if self.has_padding else None
 
     def _grow(self, batch, qlen, like):
         """New buffers with room for twice the memory plus qlen; the memory moves to the front."""
@@ -755,19 +804,19 @@ class XLNetLiteCache:
             for i, old in enumerate(store):
                 store[i] = like.new_empty(shape)
                 if old is not None:
-                    store[i][:, :, :length] = old[:, :, self.start:self.end]
+                    store[i][:, :, :length] = old[:, :, self.start : self.end]
         padding = torch.zeros(batch, capacity, dtype=torch.bool, device=like.device)
         if self.padding is not None:
-            padding[:, :length] = self.padding[:, self.start:self.end]
+            padding[:, :length] = self.padding[:, self.start : self.end]
         self.padding, self.start, self.end = padding, 0, length
 
     def update(self, layer_idx, k_new, v_new):
         """Write this forward's keys and values (B, N, T, D) after the memory; returns memory + new (B, N, M + T, D)."""
         stop = self.end + k_new.shape[2]
         k, v = self.keys[layer_idx], self.values[layer_idx]
-        k[:, :, self.end:stop] = k_new
-        v[:, :, self.end:stop] = v_new
-        return k[:, :, self.start:stop], v[:, :, self.start:stop]
+        k[:, :, self.end : stop] = k_new
+        v[:, :, self.end : stop] = v_new
+        return k[:, :, self.start : stop], v[:, :, self.start : stop]
 
     def commit(self, qlen):
         """The forward's qlen positions join the memory; keep the last mem_len."""
@@ -786,7 +835,7 @@ class XLNetLiteCache:
     def relative_keys(self, layer_idx, *, klen, num_positions):
         """The projected positional keys of distances klen, klen - 1, ...: (1 or 2, N, D, num_positions)."""
         first = self.pos_top - klen
-        return self.pos_keys[layer_idx][..., first:first + num_positions]
+        return self.pos_keys[layer_idx][..., first : first + num_positions]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -833,22 +882,29 @@ class XLNetLitePreTrainedModel(PreTrainedModel):
                 param.normal_(0.0, std)
 
 
-def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping, mems, attention_mask, input_mask,
-                 token_type_ids):
+def check_inputs(
+    config, *, input_ids, inputs_embeds, perm_mask, target_mapping, mems, attention_mask, input_mask, token_type_ids
+):
     """ValueError naming the argument and the expected form; nothing is broadcast silently. Returns (B, T)."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("Pass exactly one of input_ids (B, T) or inputs_embeds (B, T, H)")
     if input_ids is not None:
         if input_ids.dim() != 2 or input_ids.dtype.is_floating_point:
-            raise ValueError(f"input_ids must be an integer tensor of shape (B, T), got {input_ids.dtype} {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"input_ids must be an integer tensor of shape (B, T), got {input_ids.dtype} {tuple(input_ids.shape)}"
+            )
         B, T = input_ids.shape
         if input_ids.numel() and not torch.compiler.is_compiling():
             low, high = int(input_ids.min()), int(input_ids.max())
             if low < 0 or high >= config.vocab_size:
-                raise ValueError(f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{low}, {high}]")
+                raise ValueError(
+                    f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{low}, {high}]"
+                )
     else:
         if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.d_model:
-            raise ValueError(f"inputs_embeds must have shape (B, T, d_model={config.d_model}), got {tuple(inputs_embeds.shape)}")
+            raise ValueError(
+                f"inputs_embeds must have shape (B, T, d_model={config.d_model}), got {tuple(inputs_embeds.shape)}"
+            )
         B, T = inputs_embeds.shape[:2]
     if T == 0:
         raise ValueError("input_ids / inputs_embeds must hold at least one token (T >= 1)")
@@ -859,8 +915,12 @@ def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping,
             raise ValueError(f"{name} must have shape (B, T) = {(B, T)}, got {tuple(x.shape)}")
     if token_type_ids is not None and (token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool):
         raise ValueError(f"token_type_ids must be an integer tensor (segment ids), got {token_type_ids.dtype}")
-    if token_type_ids is not None and token_type_ids.numel() and not torch.compiler.is_compiling() \
-            and int(token_type_ids.min()) < 0:
+    if (
+        token_type_ids is not None
+        and token_type_ids.numel()
+        and not torch.compiler.is_compiling()
+        and int(token_type_ids.min()) < 0
+    ):
         raise ValueError(f"token_type_ids must be segment ids >= 0, got {int(token_type_ids.min())}")
     if attention_mask is not None and input_mask is not None:
         raise ValueError("Pass only one of attention_mask (0 = padding) or input_mask (1 = padding)")
@@ -868,7 +928,9 @@ def check_inputs(config, *, input_ids, inputs_embeds, perm_mask, target_mapping,
         raise ValueError(f"perm_mask must have shape (B, T, T) = {(B, T, T)}, got {tuple(perm_mask.shape)}")
     if target_mapping is not None:
         if target_mapping.dim() != 3 or target_mapping.shape[0] != B or target_mapping.shape[2] != T:
-            raise ValueError(f"target_mapping must have shape (B, P, T) = ({B}, P, {T}), got {tuple(target_mapping.shape)}")
+            raise ValueError(
+                f"target_mapping must have shape (B, P, T) = ({B}, P, {T}), got {tuple(target_mapping.shape)}"
+            )
         if not torch.compiler.is_compiling():
             tm = target_mapping.float()
             if not (((tm == 0) | (tm == 1)).all() and (tm.sum(-1) <= 1).all()):
@@ -927,8 +989,20 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         # fills) would make torch.compile recompile for memories of equal shape
         return (new[:, -mem_len:] if mem_len else new).detach().contiguous()
 
-    def attention_inputs(self, *, perm_mask, pad_mask, token_type_ids, target_mapping, qlen, mlen, device,
-                         predict_next=False, mem_pad=None, cache=None):
+    def attention_inputs(
+        self,
+        *,
+        perm_mask,
+        pad_mask,
+        token_type_ids,
+        target_mapping,
+        qlen,
+        mlen,
+        device,
+        predict_next=False,
+        mem_pad=None,
+        cache=None,
+    ):
         cfg = self.config
         # Shortcuts that read the data ("is anything blocked?", "how many segment ids?") skip work in eager mode; under
         # torch.compile they would break the graph, so there the masks are always applied.
@@ -940,8 +1014,14 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if predict_next:  # the masks of a dummy token at position T (row and key T), as transformers' XLNet appends one
             pad_mask = None if pad_mask is None else F.pad(pad_mask, (0, 1), value=False)  # (B, T + 1)
         blocked = blocked_positions(
-            perm_mask=perm_mask, pad_mask=pad_mask, attn_type=cfg.attn_type, same_length=cfg.same_length,
-            qlen=qlen + predict_next, mlen=mlen, device=device, mem_pad=mem_pad,
+            perm_mask=perm_mask,
+            pad_mask=pad_mask,
+            attn_type=cfg.attn_type,
+            same_length=cfg.same_length,
+            qlen=qlen + predict_next,
+            mlen=mlen,
+            device=device,
+            mem_pad=mem_pad,
         )  # (B or 1, T, K), or (B or 1, T + 1, K + 1) with predict_next
         seg_keys = None if token_type_ids is None else F.pad(token_type_ids.long(), (mlen, 0), value=0)  # (B, K)
         query_pos = query_valid = blocked_g = None
@@ -965,7 +1045,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         blocked_h = any_or_none(blocked_h)
         pos_emb = None
         if cache is None:
-            pos_emb = self.dropout(relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device).to(self.dtype))
+            pos_emb = self.dropout(
+                relative_position_embedding(cfg, qlen=qlen, klen=qlen + mlen, device=device).to(self.dtype)
+            )
         else:
             self.cache_positions(cache, qlen=qlen, klen=qlen + mlen, device=device)
         return AttentionInputs(
@@ -975,13 +1057,20 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             blocked_g=blocked_g,
             no_key_g=no_key_g,
             fused_query=predict_next,
-            no_key_fused=None if no_key_g is None or not predict_next else F.pad(no_key_g, (0, 0, qlen, 0), value=False),
+            no_key_fused=None
+            if no_key_g is None or not predict_next
+            else F.pad(no_key_g, (0, 0, qlen, 0), value=False),
             seg_query_h=None if seg_keys is None else token_type_ids.long(),
             seg_query_g=None if seg_keys is None or query_pos is None else token_type_ids.long().gather(1, query_pos),
             seg_keys=seg_keys,
             # flex_attention and the Triton kernels add the segment term inside: no one-hot dims on the keys
-            seg_classes=(segment_dims(seg_keys, cfg.d_head) if seg_keys is not None and shortcuts
-                         and cfg._attn_implementation not in ("flex_attention", TRITON_ATTENTION) else 0),
+            seg_classes=(
+                segment_dims(seg_keys, cfg.d_head)
+                if seg_keys is not None
+                and shortcuts
+                and cfg._attn_implementation not in ("flex_attention", TRITON_ATTENTION)
+                else 0
+            ),
             query_pos=query_pos,
             query_valid=query_valid,
         )
@@ -992,7 +1081,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if cache.has_positions(qlen=qlen, klen=klen):
             return
         top = 2 * klen + 16
-        pos_emb = self.dropout(relative_position_embedding(self.config, qlen=qlen, klen=top, device=device).to(self.dtype))
+        pos_emb = self.dropout(
+            relative_position_embedding(self.config, qlen=qlen, klen=top, device=device).to(self.dtype)
+        )
         cache.set_positions([layer.rel_attn.positional_keys(pos_emb) for layer in self.layer], top=top, qlen=qlen)
 
     def generation_cache(self, cache, past_key_values, use_cache, *, mems, token_type_ids):
@@ -1054,14 +1145,25 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             mems = None
         cache = self.generation_cache(cache, past_key_values, use_cache, mems=mems, token_type_ids=token_type_ids)
         if positions_to_keep is not None and (target_mapping is not None or predict_next or cache is not None):
-            raise ValueError("positions_to_keep selects content-stream positions: pass no target_mapping, predict_next "
-                             "or generation cache with it")
+            raise ValueError(
+                "positions_to_keep selects content-stream positions: pass no target_mapping, predict_next "
+                "or generation cache with it"
+            )
         if predict_next and not (perm_mask is None and target_mapping is None and token_type_ids is None):
-            raise ValueError("predict_next=True places the query stream itself: pass no perm_mask, target_mapping "
-                             "or token_type_ids with it")
+            raise ValueError(
+                "predict_next=True places the query stream itself: pass no perm_mask, target_mapping "
+                "or token_type_ids with it"
+            )
         B, T = check_inputs(
-            cfg, input_ids=input_ids, inputs_embeds=inputs_embeds, perm_mask=perm_mask, target_mapping=target_mapping,
-            mems=mems, attention_mask=attention_mask, input_mask=input_mask, token_type_ids=token_type_ids,
+            cfg,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            mems=mems,
+            attention_mask=attention_mask,
+            input_mask=input_mask,
+            token_type_ids=token_type_ids,
         )
         mlen = cache.get_seq_length() if cache is not None else mems[0].shape[1] if mems is not None else 0
         h = self.word_embedding(input_ids) if inputs_embeds is None else inputs_embeds.to(self.dtype)  # (B, T, H)
@@ -1072,8 +1174,15 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             pad_mask = attention_mask == 0  # (B, T)
         pad_mask = _padding_or_none(pad_mask)
         ai = self.attention_inputs(
-            perm_mask=perm_mask, pad_mask=pad_mask, token_type_ids=token_type_ids, target_mapping=target_mapping,
-            qlen=T, mlen=mlen, device=h.device, predict_next=predict_next, cache=cache,
+            perm_mask=perm_mask,
+            pad_mask=pad_mask,
+            token_type_ids=token_type_ids,
+            target_mapping=target_mapping,
+            qlen=T,
+            mlen=mlen,
+            device=h.device,
+            predict_next=predict_next,
+            cache=cache,
             mem_pad=None if cache is None else cache.begin(pad_mask, qlen=T, like=h),
         )
         h = self.dropout(h)
@@ -1082,8 +1191,15 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             P = 1 if predict_next else target_mapping.shape[1]
             g = self.dropout(self.mask_emb.expand(B, P, -1))  # (B, P, H)
         output, new_mems, hidden_states, attentions = self.run_layers(
-            h, g, mems, ai, cache=cache, use_mems=use_mems, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, last_rows=positions_to_keep,
+            h,
+            g,
+            mems,
+            ai,
+            cache=cache,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            last_rows=positions_to_keep,
         )
         if cache is not None:
             cache.commit(T)
@@ -1114,8 +1230,15 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 hidden_states += [h] if g is None else [h, g]
             last = i == len(self.layer) - 1
             h, g, probs = layer(
-                h, g, mem, ai, biases=self.layer_biases(layer), kernel=kernel, cache=cache,
-                content=not (skip_last_content and last), rows=last_rows if last else None,
+                h,
+                g,
+                mem,
+                ai,
+                biases=self.layer_biases(layer),
+                kernel=kernel,
+                cache=cache,
+                content=not (skip_last_content and last),
+                rows=last_rows if last else None,
             )
             if output_attentions:
                 attentions.append(probs[0] if g is None else probs)
@@ -1155,9 +1278,18 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls):
         return False  # the cache is an XLNetLiteCache, made by prepare_inputs_for_generation
 
-    def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None, use_cache=None,
-                                      use_mems=None, inputs_embeds=None, token_type_ids=None, past_key_values=None,
-                                      **kwargs):
+    def prepare_inputs_for_generation(
+        self,
+        input_ids,
+        cache=None,
+        attention_mask=None,
+        use_cache=None,
+        use_mems=None,
+        inputs_embeds=None,
+        token_type_ids=None,
+        past_key_values=None,
+        **kwargs,
+    ):
         """One step of XLNet's next-token prediction, as transformers' XLNetLMHeadModel does it.
 
         transformers appends a dummy token that perm_mask hides from every position and reads it with target_mapping
@@ -1170,8 +1302,10 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
         including the dummy. use_cache=False (or use_mems=False) feeds the whole sequence at every step.
         """
         if inputs_embeds is not None or token_type_ids is not None:
-            raise ValueError("XLNetLiteLMHeadModel.generate() takes input_ids and attention_mask only "
-                             "(no inputs_embeds, no token_type_ids)")
+            raise ValueError(
+                "XLNetLiteLMHeadModel.generate() takes input_ids and attention_mask only "
+                "(no inputs_embeds, no token_type_ids)"
+            )
         for name in ("next_sequence_length", "is_first_iteration", "cache_position"):
             kwargs.pop(name, None)
         cache = either_cache(cache, past_key_values)
@@ -1185,33 +1319,80 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
         elif cache is None:
             mem_len = self.config.mem_len
             cache = XLNetLiteCache(self.config, mem_len=mem_len - 1 if mem_len else None)
-        return dict(input_ids=input_ids, attention_mask=attention_mask, predict_next=True, cache=cache,
-                    use_cache=cached, use_mems=False, **kwargs)
+        return dict(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            predict_next=True,
+            cache=cache,
+            use_cache=cached,
+            use_mems=False,
+            **kwargs,
+        )
 
-    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
-                token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0,
-                predict_next=False, cache=None, use_cache=None, cache_position=None, num_items_in_batch=None,
-                past_key_values=None):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        mems=None,
+        perm_mask=None,
+        target_mapping=None,
+        token_type_ids=None,
+        input_mask=None,
+        inputs_embeds=None,
+        labels=None,
+        use_mems=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        logits_to_keep=0,
+        predict_next=False,
+        cache=None,
+        use_cache=None,
+        cache_position=None,
+        num_items_in_batch=None,
+        past_key_values=None,
+    ):
         """transformers' XLNetLMHeadModel inputs, plus predict_next (logits (B, 1, V) for the token after the last
         one; see XLNetLiteModel), the generation cache (cache or past_key_values / use_cache; generate() may also pass
         cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
-            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
-            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
-            predict_next=predict_next, cache=cache, past_key_values=past_key_values, use_cache=use_cache,
+            input_ids,
+            attention_mask=attention_mask,
+            mems=mems,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=token_type_ids,
+            input_mask=input_mask,
+            inputs_embeds=inputs_embeds,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            predict_next=predict_next,
+            cache=cache,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
         )
         logits = self.lm_loss(keep_rows(out.last_hidden_state, logits_to_keep))  # (B, P or T or 1, V)
         loss = None
         if labels is not None:
             dims = "(B, 1)" if predict_next else "(B, P)" if target_mapping is not None else "(B, T)"
-            check_class_labels(labels, shape=tuple(logits.shape[:2]), dims=dims, what="token ids", bound_name="vocab_size",
-                               bound=self.config.vocab_size)
+            check_class_labels(
+                labels,
+                shape=tuple(logits.shape[:2]),
+                dims=dims,
+                what="token ids",
+                bound_name="vocab_size",
+                bound=self.config.vocab_size,
+            )
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteLMHeadModelOutput(
-            loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions,
+            loss=loss,
+            logits=logits,
+            mems=out.mems,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
             **{CACHE_NAME: getattr(out, CACHE_NAME)},
         )
         return result if return_dict else result.to_tuple()
@@ -1248,8 +1429,9 @@ def check_class_labels(labels, *, shape, dims, what, bound_name, bound):
     if labels.numel() and not torch.compiler.is_compiling():
         bad = (labels != -100) & ((labels < 0) | (labels >= bound))
         if bool(bad.any()):
-            raise ValueError(f"labels must be {what} in [0, {bound_name}={bound}) or -100 (ignored), "
-                             f"got {labels[bad][0].item()}")
+            raise ValueError(
+                f"labels must be {what} in [0, {bound_name}={bound}) or -100 (ignored), got {labels[bad][0].item()}"
+            )
 
 
 class XLNetLiteSequenceSummary(nn.Module):
@@ -1303,19 +1485,45 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
         self.logits_proj = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
-                token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        mems=None,
+        perm_mask=None,
+        target_mapping=None,
+        token_type_ids=None,
+        input_mask=None,
+        inputs_embeds=None,
+        labels=None,
+        use_mems=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        num_items_in_batch=None,
+    ):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if self.config.summary_type == "last":
             check_left_padding(attention_mask, input_mask)
         out = self.transformer(
-            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
-            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids,
+            attention_mask=attention_mask,
+            mems=mems,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=token_type_ids,
+            input_mask=input_mask,
+            inputs_embeds=inputs_embeds,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
             positions_to_keep=self.sequence_summary.positions(
-                self.config, target_mapping=target_mapping, output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states),
+                self.config,
+                target_mapping=target_mapping,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            ),
         )
         keep = real_tokens(attention_mask, input_mask)  # (B, T) or None
         logits = self.logits_proj(self.sequence_summary(out.last_hidden_state, keep=keep))  # (B, num_labels)
@@ -1387,22 +1595,51 @@ class XLNetLiteForTokenClassification(XLNetLitePreTrainedModel):
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
-                token_type_ids=None, input_mask=None, inputs_embeds=None, labels=None, use_mems=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        mems=None,
+        perm_mask=None,
+        target_mapping=None,
+        token_type_ids=None,
+        input_mask=None,
+        inputs_embeds=None,
+        labels=None,
+        use_mems=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        num_items_in_batch=None,
+    ):
         """labels (B, T): a class id per token, -100 where no loss is wanted (padding, later sub-word pieces)."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
-            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
-            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids,
+            attention_mask=attention_mask,
+            mems=mems,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=token_type_ids,
+            input_mask=input_mask,
+            inputs_embeds=inputs_embeds,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
         )
         logits = self.classifier(out.last_hidden_state)  # (B, T or P, num_labels)
         loss = None
         if labels is not None:
             dims = "(B, P)" if target_mapping is not None else "(B, T)"
-            check_class_labels(labels, shape=tuple(logits.shape[:2]), dims=dims, what="class ids", bound_name="num_labels",
-                               bound=self.num_labels)
+            check_class_labels(
+                labels,
+                shape=tuple(logits.shape[:2]),
+                dims=dims,
+                what="class ids",
+                bound_name="num_labels",
+                bound=self.num_labels,
+            )
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteForTokenClassificationOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
@@ -1421,31 +1658,61 @@ class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
         self.logits_proj = nn.Linear(config.d_model, 1)
         self.post_init()
 
-    def forward(self, input_ids=None, token_type_ids=None, input_mask=None, attention_mask=None, mems=None,
-                perm_mask=None, target_mapping=None, inputs_embeds=None, labels=None, use_mems=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+    def forward(
+        self,
+        input_ids=None,
+        token_type_ids=None,
+        input_mask=None,
+        attention_mask=None,
+        mems=None,
+        perm_mask=None,
+        target_mapping=None,
+        inputs_embeds=None,
+        labels=None,
+        use_mems=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        num_items_in_batch=None,
+    ):
         """input_ids (B, C, T) or inputs_embeds (B, C, T, H); attention_mask, input_mask, token_type_ids (B, C, T);
         perm_mask (B, C, T, T); target_mapping (B, C, P, T); mems for B * C rows; labels (B,) choice indices."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         B, C = choices_shape(input_ids, inputs_embeds)
         flat = flatten_choices(
-            batch=B, choices=C, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-            input_mask=input_mask, token_type_ids=token_type_ids, perm_mask=perm_mask, target_mapping=target_mapping,
+            batch=B,
+            choices=C,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            input_mask=input_mask,
+            token_type_ids=token_type_ids,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
         )
         if self.config.summary_type == "last":
             check_left_padding(flat["attention_mask"], flat["input_mask"])
         out = self.transformer(
-            **flat, mems=mems, use_mems=use_mems, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True,
+            **flat,
+            mems=mems,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
             positions_to_keep=self.sequence_summary.positions(
-                self.config, target_mapping=flat["target_mapping"], output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states),
+                self.config,
+                target_mapping=flat["target_mapping"],
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            ),
         )
         keep = real_tokens(flat["attention_mask"], flat["input_mask"])  # (B * C, T) or None
         logits = self.logits_proj(self.sequence_summary(out.last_hidden_state, keep=keep)).view(B, C)  # (B, C)
         loss = None
         if labels is not None:
-            check_class_labels(labels, shape=(B,), dims="(B,)", what="choice indices", bound_name="num_choices", bound=C)
+            check_class_labels(
+                labels, shape=(B,), dims="(B,)", what="choice indices", bound_name="num_choices", bound=C
+            )
             loss = cross_entropy(logits, labels, num_items_in_batch)
         result = XLNetLiteForMultipleChoiceOutput(
             loss=loss, logits=logits, mems=out.mems, hidden_states=out.hidden_states, attentions=out.attentions
@@ -1456,11 +1723,15 @@ class XLNetLiteForMultipleChoice(XLNetLitePreTrainedModel):
 def choices_shape(input_ids, inputs_embeds):
     """(B, C) from input_ids (B, C, T) or inputs_embeds (B, C, T, H); ValueError otherwise."""
     if input_ids is not None and input_ids.dim() != 3:
-        raise ValueError(f"input_ids must have shape (B, C, T) = (batch, choices, tokens) for multiple choice, "
-                         f"got {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"input_ids must have shape (B, C, T) = (batch, choices, tokens) for multiple choice, "
+            f"got {tuple(input_ids.shape)}"
+        )
     if input_ids is None and inputs_embeds is not None and inputs_embeds.dim() != 4:
-        raise ValueError(f"inputs_embeds must have shape (B, C, T, H) = (batch, choices, tokens, d_model) for multiple "
-                         f"choice, got {tuple(inputs_embeds.shape)}")
+        raise ValueError(
+            f"inputs_embeds must have shape (B, C, T, H) = (batch, choices, tokens, d_model) for multiple "
+            f"choice, got {tuple(inputs_embeds.shape)}"
+        )
     first = input_ids if input_ids is not None else inputs_embeds
     if first is None:
         raise ValueError("Pass exactly one of input_ids (B, C, T) or inputs_embeds (B, C, T, H)")
@@ -1472,8 +1743,10 @@ def flatten_choices(*, batch, choices, **inputs):
     flat = {}
     for name, x in inputs.items():
         if x is not None and (x.dim() < 3 or tuple(x.shape[:2]) != (batch, choices)):
-            raise ValueError(f"{name} must start with the (B, C) = ({batch}, {choices}) dims of input_ids for "
-                             f"multiple choice, got {tuple(x.shape)}")
+            raise ValueError(
+                f"{name} must start with the (B, C) = ({batch}, {choices}) dims of input_ids for "
+                f"multiple choice, got {tuple(x.shape)}"
+            )
         flat[name] = None if x is None else x.flatten(0, 1)
     return flat
 
@@ -1484,25 +1757,50 @@ class XLNetLiteForQuestionAnsweringSimple(XLNetLitePreTrainedModel):
 
     def __init__(self, config: XLNetLiteConfig):
         if config.num_labels != 2:
-            raise ValueError(f"XLNetLiteForQuestionAnsweringSimple needs config.num_labels == 2 (start and end logits), "
-                             f"got {config.num_labels}")
+            raise ValueError(
+                f"XLNetLiteForQuestionAnsweringSimple needs config.num_labels == 2 (start and end logits), "
+                f"got {config.num_labels}"
+            )
         super().__init__(config)
         self.num_labels = config.num_labels
         self.transformer = XLNetLiteModel(config)
         self.qa_outputs = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
-                token_type_ids=None, input_mask=None, inputs_embeds=None, start_positions=None, end_positions=None,
-                use_mems=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                num_items_in_batch=None):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        mems=None,
+        perm_mask=None,
+        target_mapping=None,
+        token_type_ids=None,
+        input_mask=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        use_mems=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        num_items_in_batch=None,
+    ):
         """start_positions, end_positions (B,): the answer span, positions in [0, T); the loss is the mean of the
         start and end cross-entropies."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
-            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
-            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids,
+            attention_mask=attention_mask,
+            mems=mems,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=token_type_ids,
+            input_mask=input_mask,
+            inputs_embeds=inputs_embeds,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
         )
         logits = self.qa_outputs(out.last_hidden_state)  # (B, T, 2)
         B, T = logits.shape[:2]
@@ -1513,8 +1811,12 @@ class XLNetLiteForQuestionAnsweringSimple(XLNetLitePreTrainedModel):
             start_loss = cross_entropy(start_logits, starts, num_items_in_batch)
             loss = (start_loss + cross_entropy(end_logits, ends, num_items_in_batch)) / 2
         result = XLNetLiteForQuestionAnsweringSimpleOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits, mems=out.mems,
-            hidden_states=out.hidden_states, attentions=out.attentions,
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            mems=out.mems,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
         )
         return result if return_dict else result.to_tuple()
 
@@ -1522,8 +1824,10 @@ class XLNetLiteForQuestionAnsweringSimple(XLNetLitePreTrainedModel):
 def check_span(start_positions, end_positions, *, batch, length):
     if start_positions is None or end_positions is None:
         raise ValueError("Pass both start_positions and end_positions (B,) for the span loss, or neither")
-    return (check_index(start_positions, "start_positions", batch=batch, length=length),
-            check_index(end_positions, "end_positions", batch=batch, length=length))
+    return (
+        check_index(start_positions, "start_positions", batch=batch, length=length),
+        check_index(end_positions, "end_positions", batch=batch, length=length),
+    )
 
 
 def check_index(x, name, *, batch, length):
@@ -1598,17 +1902,43 @@ class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
         self.answer_class = XLNetLitePoolerAnswerClass(config)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
-                token_type_ids=None, input_mask=None, inputs_embeds=None, start_positions=None, end_positions=None,
-                is_impossible=None, cls_index=None, p_mask=None, use_mems=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, num_items_in_batch=None):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        mems=None,
+        perm_mask=None,
+        target_mapping=None,
+        token_type_ids=None,
+        input_mask=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        is_impossible=None,
+        cls_index=None,
+        p_mask=None,
+        use_mems=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        num_items_in_batch=None,
+    ):
         """start_positions, end_positions, cls_index (B,) positions in [0, T); is_impossible (B,) 0/1;
         p_mask (B, T), 1 = may not be part of the answer."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
-            input_ids, attention_mask=attention_mask, mems=mems, perm_mask=perm_mask, target_mapping=target_mapping,
-            token_type_ids=token_type_ids, input_mask=input_mask, inputs_embeds=inputs_embeds, use_mems=use_mems,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids,
+            attention_mask=attention_mask,
+            mems=mems,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=token_type_ids,
+            input_mask=input_mask,
+            inputs_embeds=inputs_embeds,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
         )
         hidden = out.last_hidden_state  # (B, T, H)
         B, T = hidden.shape[:2]
@@ -1616,7 +1946,9 @@ class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
         cls_index = None if cls_index is None else check_index(cls_index, "cls_index", batch=B, length=T)
         if start_positions is not None or end_positions is not None:
             starts, ends = check_span(start_positions, end_positions, batch=B, length=T)
-            fields = dict(loss=self.span_loss(hidden, starts, ends, p_mask, cls_index, is_impossible, num_items_in_batch))
+            fields = dict(
+                loss=self.span_loss(hidden, starts, ends, p_mask, cls_index, is_impossible, num_items_in_batch)
+            )
         else:
             fields = self.beam_search(hidden, p_mask, cls_index)
         result = XLNetLiteForQuestionAnsweringOutput(
@@ -1642,8 +1974,9 @@ class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
         B, T, H = hidden.shape
         S, E = self.start_n_top, self.end_n_top
         if max(S, E) > T:
-            raise ValueError(f"config.start_n_top ({S}) and config.end_n_top ({E}) must not exceed the sequence length "
-                             f"T={T}")
+            raise ValueError(
+                f"config.start_n_top ({S}) and config.end_n_top ({E}) must not exceed the sequence length T={T}"
+            )
         start_probs = self.start_logits(hidden, p_mask).softmax(-1)  # (B, T)
         start_top_probs, start_top_index = start_probs.topk(S, dim=-1)  # (B, S)
         start_states = hidden.gather(1, start_top_index[:, :, None].expand(-1, -1, H))  # (B, S, H)
@@ -1654,8 +1987,10 @@ class XLNetLiteForQuestionAnswering(XLNetLitePreTrainedModel):
         expected_start = torch.einsum("bth,bt->bh", hidden, start_probs)  # (B, H)
         cls_states = hidden[:, -1] if cls_index is None else hidden[torch.arange(B, device=hidden.device), cls_index]
         return dict(
-            start_top_log_probs=start_top_probs, start_top_index=start_top_index,
-            end_top_log_probs=end_top_probs.reshape(B, E * S), end_top_index=end_top_index.reshape(B, E * S),
+            start_top_log_probs=start_top_probs,
+            start_top_index=start_top_index,
+            end_top_log_probs=end_top_probs.reshape(B, E * S),
+            end_top_index=end_top_index.reshape(B, E * S),
             cls_logits=self.answer_class(expected_start, cls_states),
         )
 

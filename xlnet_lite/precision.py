@@ -17,8 +17,14 @@ PRECISIONS = ("auto", "no", "bf16", "fp16")
 
 def cpu_bf16_units() -> list[str]:
     """The bf16 matmul units of this CPU (AMX, AVX512-BF16), as torch sees them."""
-    return [name for name, has in (("AMX", torch.cpu._is_amx_tile_supported()),
-                                   ("AVX512-BF16", torch.cpu._is_avx512_bf16_supported())) if has]
+    return [
+        name
+        for name, has in (
+            ("AMX", torch.cpu._is_amx_tile_supported()),
+            ("AVX512-BF16", torch.cpu._is_avx512_bf16_supported()),
+        )
+        if has
+    ]
 
 
 def fast_bf16(device_type: str) -> tuple[bool, str]:

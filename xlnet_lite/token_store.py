@@ -104,16 +104,22 @@ class TokenStore:
             raise ValueError(f"{self.path}: not a token store (no {STORE_FILE}; a store being written has none yet)")
         self.meta = json.loads(meta_path.read_text())
         if self.meta.get("format") != FORMAT:
-            raise ValueError(f"{self.path}: a token store of format {self.meta.get('format')}, this xlnet_lite reads "
-                             f"format {FORMAT}; build it again")
+            raise ValueError(
+                f"{self.path}: a token store of format {self.meta.get('format')}, this xlnet_lite reads "
+                f"format {FORMAT}; build it again"
+            )
         self.dtype = np.dtype(self.meta["dtype"])
         for name, split in self.meta["splits"].items():
-            for file, count, itemsize in ((f"{name}.tokens", split["tokens"], self.dtype.itemsize),
-                                          (f"{name}.sentence_ends", split["sentences"], 8)):
+            for file, count, itemsize in (
+                (f"{name}.tokens", split["tokens"], self.dtype.itemsize),
+                (f"{name}.sentence_ends", split["sentences"], 8),
+            ):
                 size = (self.path / file).stat().st_size if (self.path / file).is_file() else None
                 if size != count * itemsize:
-                    raise ValueError(f"{self.path}: {file} holds {size} bytes, {STORE_FILE} says {count * itemsize}; "
-                                     "the store is damaged, build it again")
+                    raise ValueError(
+                        f"{self.path}: {file} holds {size} bytes, {STORE_FILE} says {count * itemsize}; "
+                        "the store is damaged, build it again"
+                    )
 
     @property
     def splits(self) -> list[str]:
@@ -147,8 +153,17 @@ def _memmap(path: Path, dtype, count: int) -> np.ndarray:
 # Writing a store
 
 
-def write_token_store(path: str | os.PathLike, splits: Mapping[str, Iterable], tokenizer, *, text_column: str = "text",
-                      num_proc: int = 1, chunk_documents: int = 1000, source=None, log: Callable | None = print) -> TokenStore:
+def write_token_store(
+    path: str | os.PathLike,
+    splits: Mapping[str, Iterable],
+    tokenizer,
+    *,
+    text_column: str = "text",
+    num_proc: int = 1,
+    chunk_documents: int = 1000,
+    source=None,
+    log: Callable | None = print,
+) -> TokenStore:
     """Tokenize each split once into a new store at `path`, which must not exist yet.
 
     Args:
@@ -174,8 +189,16 @@ def write_token_store(path: str | os.PathLike, splits: Mapping[str, Iterable], t
     start = time.perf_counter()
     with _Encoder(tokenizer, num_proc) as encoder:
         for name, documents in splits.items():
-            meta["splits"][name] = _write_split(tmp, name, documents, encoder, dtype=dtype, text_column=text_column,
-                                                chunk_documents=chunk_documents, log=log)
+            meta["splits"][name] = _write_split(
+                tmp,
+                name,
+                documents,
+                encoder,
+                dtype=dtype,
+                text_column=text_column,
+                chunk_documents=chunk_documents,
+                log=log,
+            )
     meta["build_seconds"] = round(time.perf_counter() - start, 3)
     (tmp / STORE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     replace_folder(tmp, path)  # fsyncs every file, then one rename
@@ -185,7 +208,11 @@ def write_token_store(path: str | os.PathLike, splits: Mapping[str, Iterable], t
 def _write_split(folder: Path, name: str, documents, encoder: _Encoder, *, dtype, text_column, chunk_documents, log):
     counts = {"tokens": 0, "sentences": 0, "documents": 0}
     progress = tqdm(desc=f"tokenizing {name}", unit=" documents", disable=not log, leave=False)
-    with progress, open(folder / f"{name}.tokens", "wb") as tokens_file, open(folder / f"{name}.sentence_ends", "wb") as ends_file:
+    with (
+        progress,
+        open(folder / f"{name}.tokens", "wb") as tokens_file,
+        open(folder / f"{name}.sentence_ends", "wb") as ends_file,
+    ):
         for tokens, sentence_lengths, n_docs in encoder.map(_text_chunks(documents, text_column, chunk_documents)):
             tokens.astype(dtype, copy=False).tofile(tokens_file)
             (counts["tokens"] + np.cumsum(sentence_lengths)).tofile(ends_file)
@@ -254,8 +281,11 @@ class _Encoder:
             return
         if self.pool is None:
             self.pool = concurrent.futures.ProcessPoolExecutor(
-                self.num_proc, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                initargs=(self.tokenizer,))
+                self.num_proc,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(self.tokenizer,),
+            )
         in_flight = collections.deque()
         for chunk in itertools.chain([first, second], chunks):
             in_flight.append(self.pool.submit(_encode_chunk, chunk))
@@ -269,8 +299,14 @@ class _Encoder:
 # The cache: one folder per key, built once under a lock
 
 
-def cached_folder(cache_dir: str | os.PathLike, name: str, build: Callable[[Path], None], *,
-                  is_complete: Callable[[Path], bool], log: Callable = print) -> Path:
+def cached_folder(
+    cache_dir: str | os.PathLike,
+    name: str,
+    build: Callable[[Path], None],
+    *,
+    is_complete: Callable[[Path], bool],
+    log: Callable = print,
+) -> Path:
     """cache_dir/name, built by `build(path)` unless a complete one is there; one builder at a time.
 
     `build` must leave either a complete folder at `path` (renamed into place) or none. A process that finds the lock

@@ -191,10 +191,17 @@ def _lattice(words: list[str], pieces: list[str]) -> dict:
     end = start + length
     local_start = start_char - offsets[word]  # (E,) position of the edge's start in its word
     first = offsets + np.arange(len(words))
-    return {"start": start, "end": end, "piece": piece, "word": word, "first": first, "last": first + lengths,
-            "n_nodes": len(chars) + len(words),
-            "forward": _Sweep(local_start + length, start, end, piece),
-            "backward": _Sweep(-local_start, end, start, piece)}
+    return {
+        "start": start,
+        "end": end,
+        "piece": piece,
+        "word": word,
+        "first": first,
+        "last": first + lengths,
+        "n_nodes": len(chars) + len(words),
+        "forward": _Sweep(local_start + length, start, end, piece),
+        "backward": _Sweep(-local_start, end, start, piece),
+    }
 
 
 class _Sweep:

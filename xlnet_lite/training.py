@@ -41,28 +41,42 @@ from safetensors.torch import load_file, save_file
 from transformers import HfArgumentParser, get_scheduler
 from transformers.trainer_pt_utils import get_parameter_names
 
-from .precision import PRECISIONS, cpu_bf16_units, launch_device_type, resolve_precision
-
 from .errors import RecipeError
 from .integrity import MANIFEST, OutputLock, SaveError, folder_size, save_error, verify_checkpoint, write_manifest
-
+from .precision import PRECISIONS, cpu_bf16_units, launch_device_type, resolve_precision
 
 # ---------------------------------------------------------------------------------------------------------
 # Flags
 
 # transformers schedules that need nothing but warmup and total steps.
-SCHEDULES = ["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt"]
+SCHEDULES = [
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+]
 
 
 @dataclass
 class RecipeArguments:
     """Flags shared by both recipes; each recipe derives from this and may change the defaults."""
 
-    output_dir: str = field(default="outputs", metadata={"help": "Where the model, metrics, results and checkpoints/ go."})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace the outputs of another run in --output_dir."})
-    resume_from_checkpoint: str | None = field(default=None, metadata={
-        "help": "'latest' (the newest complete checkpoint in output_dir/checkpoints; a fresh start if there is none "
-                "yet) or a checkpoint folder."})
+    output_dir: str = field(
+        default="outputs", metadata={"help": "Where the model, metrics, results and checkpoints/ go."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace the outputs of another run in --output_dir."}
+    )
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "'latest' (the newest complete checkpoint in output_dir/checkpoints; a fresh start if there is none "
+            "yet) or a checkpoint folder."
+        },
+    )
     seed: int = field(default=42, metadata={"help": "Seed of initialisation, data order, targets and dropout."})
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Training batch size per process."})
     per_device_eval_batch_size: int = field(default=16, metadata={"help": "Evaluation batch size per process."})
@@ -71,25 +85,48 @@ class RecipeArguments:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (never on biases and LayerNorm)."})
     adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: off)."})
-    lr_scheduler_type: str = field(default="linear", metadata={
-        "help": "transformers learning-rate schedule.", "choices": SCHEDULES})
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "transformers learning-rate schedule.", "choices": SCHEDULES}
+    )
     num_warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps (or use --warmup_ratio)."})
-    warmup_ratio: float = field(default=0.0, metadata={"help": "Warmup as a fraction of the run's steps (overrides --num_warmup_steps)."})
-    mixed_precision: str = field(default="auto", metadata={
-        "help": "auto: bf16 where the CPU has AMX or AVX512-BF16 or the GPU supports bf16, fp32 elsewhere; a precision "
-                "given to `accelerate launch` (--mixed_precision or its config) is used instead. no, bf16 or fp16 here "
-                "win over both.", "choices": list(PRECISIONS)})
-    torch_compile: bool = field(default=False, metadata={
-        "help": "Compile the model with torch.compile (inductor): the first steps take about a minute more, the rest "
-                "run faster (benchmarks/RESULTS.md, model speed)."})
-    skip_nonfinite: bool = field(default=False, metadata={"help": "Skip optimizer steps whose loss is NaN/inf (default: stop)."})
+    warmup_ratio: float = field(
+        default=0.0, metadata={"help": "Warmup as a fraction of the run's steps (overrides --num_warmup_steps)."}
+    )
+    mixed_precision: str = field(
+        default="auto",
+        metadata={
+            "help": "auto: bf16 where the CPU has AMX or AVX512-BF16 or the GPU supports bf16, fp32 elsewhere; a precision "
+            "given to `accelerate launch` (--mixed_precision or its config) is used instead. no, bf16 or fp16 here "
+            "win over both.",
+            "choices": list(PRECISIONS),
+        },
+    )
+    torch_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Compile the model with torch.compile (inductor): the first steps take about a minute more, the rest "
+            "run faster (benchmarks/RESULTS.md, model speed)."
+        },
+    )
+    skip_nonfinite: bool = field(
+        default=False, metadata={"help": "Skip optimizer steps whose loss is NaN/inf (default: stop)."}
+    )
     logging_steps: int = field(default=10, metadata={"help": "Write a metrics.jsonl record every N optimizer steps."})
-    checkpointing_steps: int = field(default=500, metadata={"help": "Save a checkpoint every N optimizer steps (0: only on signals and at epoch ends)."})
+    checkpointing_steps: int = field(
+        default=500,
+        metadata={"help": "Save a checkpoint every N optimizer steps (0: only on signals and at epoch ends)."},
+    )
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints (the newest)."})
     with_tracking: bool = field(default=False, metadata={"help": "Also log to the trackers of --report_to."})
-    report_to: str = field(default="tensorboard", metadata={"help": "accelerate tracker(s): tensorboard, wandb, ... or all."})
-    push_to_hub: bool = field(default=False, metadata={"help": "Upload the final outputs (not the checkpoints) to the Hub."})
-    hub_model_id: str | None = field(default=None, metadata={"help": "Hub repo id (default: the name of --output_dir)."})
+    report_to: str = field(
+        default="tensorboard", metadata={"help": "accelerate tracker(s): tensorboard, wandb, ... or all."}
+    )
+    push_to_hub: bool = field(
+        default=False, metadata={"help": "Upload the final outputs (not the checkpoints) to the Hub."}
+    )
+    hub_model_id: str | None = field(
+        default=None, metadata={"help": "Hub repo id (default: the name of --output_dir)."}
+    )
     hub_token: str | None = field(default=None, metadata={"help": "Hub token (default: the logged-in one)."})
 
     # Flags that must be equal to resume a run (a recipe lists its own; these are the core's).
@@ -99,9 +136,20 @@ class RecipeArguments:
     # appears. False (batches padded to their longest example): torch.compile decides.
     STATIC_SHAPES = False
     # Flags that never make a run different (where it is, how it reports).
-    NOT_PART_OF_THE_RUN = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "logging_steps",
-                           "checkpointing_steps", "save_total_limit", "with_tracking", "report_to", "push_to_hub",
-                           "hub_model_id", "hub_token", "torch_compile")
+    NOT_PART_OF_THE_RUN = (
+        "output_dir",
+        "overwrite_output_dir",
+        "resume_from_checkpoint",
+        "logging_steps",
+        "checkpointing_steps",
+        "save_total_limit",
+        "with_tracking",
+        "report_to",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_token",
+        "torch_compile",
+    )
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -113,12 +161,13 @@ def parse_args(cls, argv=None, *, description=None):
     the dataclass defaults. An instance of `cls` is returned as it is."""
     if isinstance(argv, cls):
         return argv
-    parser = HfArgumentParser(cls, description=description or cls.__doc__,
-                              formatter_class=_HelpFormatter)
+    parser = HfArgumentParser(cls, description=description or cls.__doc__, formatter_class=_HelpFormatter)
     for action in parser._actions:
         if action.nargs == "?" and action.const is True:  # booleans: --flag, --flag true|false (and --no_flag)
             action.metavar = "true|false"
-    parser.add_argument("--config", default=None, help="YAML or JSON file of flag values; command-line flags override it.")
+    parser.add_argument(
+        "--config", default=None, help="YAML or JSON file of flag values; command-line flags override it."
+    )
     known, _ = parser.parse_known_args(argv)
     if known.config:
         parser.set_defaults(**read_config_file(known.config, cls))
@@ -139,7 +188,9 @@ def read_config_file(path, cls):
         else:
             values = json.loads(text)
     except Exception as error:  # noqa: BLE001 - any parse error becomes one line naming the file
-        raise RecipeError(f"--config {path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'} ({error})")
+        raise RecipeError(
+            f"--config {path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'} ({error})"
+        )
     if not isinstance(values, dict):
         raise RecipeError(f"--config {path}: expected a mapping of flag names to values")
     unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
@@ -151,8 +202,13 @@ def read_config_file(path, cls):
 def check_common_args(a: RecipeArguments):
     """The core's flag checks: a list of problems (empty when all is well)."""
     problems = []
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                 "logging_steps", "save_total_limit"):
+    for name in (
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "gradient_accumulation_steps",
+        "logging_steps",
+        "save_total_limit",
+    ):
         if getattr(a, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(a, name)}")
     if a.learning_rate <= 0:
@@ -319,8 +375,12 @@ def save_final_model(accelerator, model, tokenizer, output_dir, *, config_update
             failure = save_error(output_dir, error, needed_bytes=needed, what="the final model")
         else:
             publish_folder(tmp, Path(output_dir))
-    agree_on_failure(accelerator, failure, "the final model could not be saved (the error is on the main process)",
-                     cleanup=lambda: shutil.rmtree(Path(output_dir, ".final.tmp"), ignore_errors=True))
+    agree_on_failure(
+        accelerator,
+        failure,
+        "the final model could not be saved (the error is on the main process)",
+        cleanup=lambda: shutil.rmtree(Path(output_dir, ".final.tmp"), ignore_errors=True),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -354,7 +414,8 @@ def start_run(a: RecipeArguments, accelerator, checkpoints: Checkpoints, *, outp
         listed = ", ".join(trained[:6]) + (", ..." if len(trained) > 6 else "")
         raise RecipeError(
             f"--output_dir {out} already holds the outputs of another run ({listed}); pass --overwrite_output_dir "
-            f"to replace them, --resume_from_checkpoint latest to continue that run, or another --output_dir")
+            f"to replace them, --resume_from_checkpoint latest to continue that run, or another --output_dir"
+        )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
@@ -372,8 +433,11 @@ def _read_json(path):
 
 def flag_differences(a: RecipeArguments, saved_flags: dict) -> list[str]:
     keys = a.RESUME_MUST_MATCH
-    return [f"--{k}: {saved_flags.get(k)!r} in the checkpoint, {getattr(a, k)!r} now" for k in keys
-            if k in saved_flags and saved_flags[k] != getattr(a, k)]
+    return [
+        f"--{k}: {saved_flags.get(k)!r} in the checkpoint, {getattr(a, k)!r} now"
+        for k in keys
+        if k in saved_flags and saved_flags[k] != getattr(a, k)
+    ]
 
 
 def check_resume(a: RecipeArguments, checkpoint: Path):
@@ -382,8 +446,11 @@ def check_resume(a: RecipeArguments, checkpoint: Path):
     saved = state.get("flags", {})
     differences = flag_differences(a, saved)
     if differences:
-        raise RecipeError(f"cannot resume from {checkpoint}: " + "; ".join(differences)
-                          + " (pass --overwrite_output_dir to start a new run instead)")
+        raise RecipeError(
+            f"cannot resume from {checkpoint}: "
+            + "; ".join(differences)
+            + " (pass --overwrite_output_dir to start a new run instead)"
+        )
 
 
 def check_resume_model(checkpoint: Path, model_fields: dict, *, num_processes: int):
@@ -391,8 +458,11 @@ def check_resume_model(checkpoint: Path, model_fields: dict, *, num_processes: i
     checkpoint's, and so must the number of processes (each rank's data position is saved)."""
     state = _read_json(checkpoint / "trainer_state.json") or {}
     saved = state.get("model", {})
-    differences = [f"{k}: {saved[k]!r} in the checkpoint, {v!r} now" for k, v in model_fields.items()
-                   if k in saved and saved[k] != v]
+    differences = [
+        f"{k}: {saved[k]!r} in the checkpoint, {v!r} now"
+        for k, v in model_fields.items()
+        if k in saved and saved[k] != v
+    ]
     if state.get("num_processes", num_processes) != num_processes:
         differences.append(f"processes: {state['num_processes']} in the checkpoint, {num_processes} now")
     if differences:
@@ -402,7 +472,17 @@ def check_resume_model(checkpoint: Path, model_fields: dict, *, num_processes: i
 def model_fields(model) -> dict:
     """What a checkpoint must agree on: the architecture, the vocabulary and the task."""
     config = model.config
-    keys = ("vocab_size", "d_model", "n_layer", "n_head", "d_inner", "untie_r", "attn_type", "num_labels", "problem_type")
+    keys = (
+        "vocab_size",
+        "d_model",
+        "n_layer",
+        "n_head",
+        "d_inner",
+        "untie_r",
+        "attn_type",
+        "num_labels",
+        "problem_type",
+    )
     fields = {k: getattr(config, k, None) for k in keys}
     if getattr(config, "id2label", None) and type(model).__name__.endswith("Classification"):
         fields["labels"] = [config.id2label[i] for i in sorted(config.id2label)]
@@ -479,7 +559,9 @@ class Checkpoints:
         """Completed checkpoints, oldest first (a checkpoint is renamed into place only once complete)."""
         if not self.root.is_dir():
             return []
-        found = [p for p in self.root.iterdir() if re.fullmatch(r"step_\d+", p.name) and (p / "trainer_state.json").is_file()]
+        found = [
+            p for p in self.root.iterdir() if re.fullmatch(r"step_\d+", p.name) and (p / "trainer_state.json").is_file()
+        ]
         return sorted(found, key=lambda p: int(p.name[5:]))
 
     def resolve(self, resume_from_checkpoint) -> Path | None:
@@ -504,8 +586,9 @@ class Checkpoints:
     def _verify(self, path: Path) -> str | None:
         problem, has_manifest = verify_checkpoint(path)
         if problem is None and not has_manifest:
-            self.accelerator.print(f"warning: checkpoint {path} has no {MANIFEST} (written by an older xlnet-lite); "
-                                   "every file of it loads")
+            self.accelerator.print(
+                f"warning: checkpoint {path} has no {MANIFEST} (written by an older xlnet-lite); every file of it loads"
+            )
         return problem
 
     def save(self, step, *, trainer_state: dict, rank_state: dict, rank_tensors: dict | None = None) -> Path:
@@ -528,7 +611,9 @@ class Checkpoints:
             rank = acc.process_index
             (tmp / f"rank{rank}_state.json").write_text(json.dumps(rank_state))
             if rank_tensors:
-                save_file({k: v.contiguous() for k, v in rank_tensors.items()}, str(tmp / f"rank{rank}_tensors.safetensors"))
+                save_file(
+                    {k: v.contiguous() for k, v in rank_tensors.items()}, str(tmp / f"rank{rank}_tensors.safetensors")
+                )
         except Exception as error:  # noqa: BLE001
             failure = self._failure(tmp, error, step)
         self._settle(tmp, step, failure)
@@ -557,15 +642,21 @@ class Checkpoints:
         return save_error(self.root, error, needed_bytes=needed, what=f"checkpoint step_{step}")
 
     def _settle(self, tmp: Path, step: int, failure: SaveError | None):
-        agree_on_failure(self.accelerator, failure, f"checkpoint step_{step} could not be written (the error is on "
-                         "another process)", cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
+        agree_on_failure(
+            self.accelerator,
+            failure,
+            f"checkpoint step_{step} could not be written (the error is on another process)",
+            cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True),
+        )
 
     def load(self, path: Path, *, device) -> tuple[dict, dict, dict]:
         """(trainer_state, this rank's state, this rank's tensors) after accelerator.load_state."""
         acc = self.accelerator
         rank_file = path / f"rank{acc.process_index}_state.json"
         if not rank_file.is_file():
-            raise RecipeError(f"{path}: no state for process {acc.process_index}; resume with the same number of processes")
+            raise RecipeError(
+                f"{path}: no state for process {acc.process_index}; resume with the same number of processes"
+            )
         acc.load_state(str(path))
         tensors_file = path / f"rank{acc.process_index}_tensors.safetensors"
         tensors = load_file(str(tensors_file), device=str(device)) if tensors_file.is_file() else {}
@@ -659,7 +750,10 @@ def parameter_groups(model, *, learning_rate, weight_decay, layerwise_lr_decay=1
     lr * decay^(L-1-l), the rest of the transformer (embeddings, mask_emb, shared biases) lr * decay^L and the
     head lr."""
     decay_names = {n for n in get_parameter_names(model, [torch.nn.LayerNorm]) if "bias" not in n}
-    n_layer, has_head = model.config.num_hidden_layers, hasattr(model, "transformer")  # transformers' name (XLNet: n_layer)
+    n_layer, has_head = (
+        model.config.num_hidden_layers,
+        hasattr(model, "transformer"),
+    )  # transformers' name (XLNet: n_layer)
     groups = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
@@ -673,30 +767,42 @@ def parameter_groups(model, *, learning_rate, weight_decay, layerwise_lr_decay=1
             depth = n_layer  # embeddings, mask_emb, shared biases
         key = (depth if layerwise_lr_decay != 1.0 else 0, weight_decay if name in decay_names else 0.0)
         groups.setdefault(key, []).append(param)
-    return [{"params": params, "lr": learning_rate * layerwise_lr_decay**depth, "weight_decay": wd}
-            for (depth, wd), params in sorted(groups.items())]
+    return [
+        {"params": params, "lr": learning_rate * layerwise_lr_decay**depth, "weight_decay": wd}
+        for (depth, wd), params in sorted(groups.items())
+    ]
 
 
 def make_adamw(model, *, learning_rate, weight_decay, eps, layerwise_lr_decay=1.0):
     """AdamW over `parameter_groups`, fused on CPU and CUDA (one kernel, not 5 per tensor)."""
-    groups = parameter_groups(model, learning_rate=learning_rate, weight_decay=weight_decay,
-                              layerwise_lr_decay=layerwise_lr_decay)
+    groups = parameter_groups(
+        model, learning_rate=learning_rate, weight_decay=weight_decay, layerwise_lr_decay=layerwise_lr_decay
+    )
     fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
     return torch.optim.AdamW(groups, lr=learning_rate, eps=eps, fused=fused)
 
 
-def make_optimizer_and_scheduler(a: RecipeArguments, model, *, max_steps, num_processes, layerwise_lr_decay=1.0,
-                                  budget: "TimeBudget | None" = None):
+def make_optimizer_and_scheduler(
+    a: RecipeArguments, model, *, max_steps, num_processes, layerwise_lr_decay=1.0, budget: "TimeBudget | None" = None
+):
     """Fused AdamW over `parameter_groups`, and transformers' schedule over `max_steps` (or, with a `budget`, one that
     decays to zero at the budget's deadline)."""
-    optimizer = make_adamw(model, learning_rate=a.learning_rate, weight_decay=a.weight_decay, eps=a.adam_epsilon,
-                           layerwise_lr_decay=layerwise_lr_decay)
+    optimizer = make_adamw(
+        model,
+        learning_rate=a.learning_rate,
+        weight_decay=a.weight_decay,
+        eps=a.adam_epsilon,
+        layerwise_lr_decay=layerwise_lr_decay,
+    )
     if budget is not None:
         return optimizer, make_budget_scheduler(optimizer, budget, num_processes=num_processes)
     # A prepared scheduler steps once per process per optimizer step.
-    scheduler = get_scheduler(a.lr_scheduler_type, optimizer,
-                              num_warmup_steps=warmup_steps(a, max_steps) * num_processes,
-                              num_training_steps=max(max_steps, 1) * num_processes)
+    scheduler = get_scheduler(
+        a.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=warmup_steps(a, max_steps) * num_processes,
+        num_training_steps=max(max_steps, 1) * num_processes,
+    )
     return optimizer, scheduler
 
 
@@ -714,8 +820,10 @@ class TimeBudget:
 
     def __init__(self, minutes: float, *, warmup_steps: int, schedule: str = "linear"):
         if schedule not in self.SCHEDULES:
-            raise RecipeError(f"--lr_scheduler_type {schedule} cannot follow a time budget (--max_train_minutes); use "
-                              f"one of {', '.join(self.SCHEDULES)}")
+            raise RecipeError(
+                f"--lr_scheduler_type {schedule} cannot follow a time budget (--max_train_minutes); use "
+                f"one of {', '.join(self.SCHEDULES)}"
+            )
         self.seconds, self.warmup_steps, self.schedule = minutes * 60.0, warmup_steps, schedule
         self.elapsed = 0.0  # set by the training loop before each scheduler step
         self.compiling = 0.0  # of which, seconds of steps that compiled
@@ -781,8 +889,10 @@ def make_accelerator(a: RecipeArguments):
     accelerator = Accelerator(**kwargs)
     accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
     if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
-        accelerator.print(f"warning: bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX) is "
-                          "emulated and many times slower than fp32; pass --mixed_precision no (or launch without bf16)")
+        accelerator.print(
+            f"warning: bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX) is "
+            "emulated and many times slower than fp32; pass --mixed_precision no (or launch without bf16)"
+        )
     return accelerator
 
 
@@ -879,8 +989,9 @@ class TrainLoop:
         """Every process takes the slowest one's clock and the longest compiling, so all set the same learning rate
         and stop at the same step; as every process then carries on from the agreed clock, the clock gains at least
         what compiling does, and the schedule's fraction never goes back."""
-        clock = torch.tensor([elapsed, self.budget.compiling + compiling], dtype=torch.float64,
-                             device=self.accelerator.device)
+        clock = torch.tensor(
+            [elapsed, self.budget.compiling + compiling], dtype=torch.float64, device=self.accelerator.device
+        )
         if self.accelerator.num_processes > 1:
             clock = self.accelerator.reduce(clock, "max")
         self.budget.elapsed, self.budget.compiling = (float(x) for x in clock.tolist())
@@ -896,7 +1007,8 @@ class TrainLoop:
             raise FloatingPointError(
                 f"non-finite training loss ({loss.item()}) at step {step}; the last good checkpoint in "
                 f"{self.checkpoints_dir} is intact (resume with --resume_from_checkpoint latest, perhaps with a "
-                "lower --learning_rate), or pass --skip_nonfinite to skip such steps")
+                "lower --learning_rate), or pass --skip_nonfinite to skip such steps"
+            )
         return True
 
     def window_record(self, step: int) -> dict | None:
@@ -906,8 +1018,13 @@ class TrainLoop:
         self._window, self._paused = [0.0, 0, 0, time.perf_counter()], 0.0
         if not steps:
             return None
-        record = {"step": step, "loss": loss_sum / steps, "learning_rate": self.scheduler.get_last_lr()[0],
-                  "elapsed": self.elapsed, "skipped_steps": self.skipped}
+        record = {
+            "step": step,
+            "loss": loss_sum / steps,
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "elapsed": self.elapsed,
+            "skipped_steps": self.skipped,
+        }
         if tokens:
             record["tokens_per_second"] = tokens / seconds
         return record
@@ -934,8 +1051,12 @@ def push_output_dir(a: RecipeArguments, *, commit_message):
 
     api = HfApi(token=a.hub_token)
     repo_id = api.create_repo(a.hub_model_id or Path(a.output_dir).name, exist_ok=True).repo_id
-    api.upload_folder(repo_id=repo_id, folder_path=a.output_dir, commit_message=commit_message,
-                      ignore_patterns=["checkpoints/*", "checkpoints/**", ".*", RUN_FILE])
+    api.upload_folder(
+        repo_id=repo_id,
+        folder_path=a.output_dir,
+        commit_message=commit_message,
+        ignore_patterns=["checkpoints/*", "checkpoints/**", ".*", RUN_FILE],
+    )
     return repo_id
 
 
@@ -1013,15 +1134,26 @@ class RecipeRun:
     checkpoints: Checkpoints
     metrics: MetricsLog
 
-    def save_checkpoint(self, step: int, *, recipe_state: dict | None = None, rank_state: dict | None = None,
-                        rank_tensors: dict | None = None) -> Path:
+    def save_checkpoint(
+        self,
+        step: int,
+        *,
+        recipe_state: dict | None = None,
+        rank_state: dict | None = None,
+        rank_tensors: dict | None = None,
+    ) -> Path:
         """A checkpoint with the trainer state every resume checks (flags, model, processes) and restores (loop,
         metrics records), the recipe's own state, and each rank's state and tensors."""
         acc = self.accelerator
-        trainer_state = {"flags": run_flags(self.a), "model": model_fields(acc.unwrap_model(self.model)),
-                         "num_processes": acc.num_processes, "loop": self.loop.state_dict(),
-                         "metrics_records": self.metrics.count}
+        trainer_state = {
+            "flags": run_flags(self.a),
+            "model": model_fields(acc.unwrap_model(self.model)),
+            "num_processes": acc.num_processes,
+            "loop": self.loop.state_dict(),
+            "metrics_records": self.metrics.count,
+        }
         if recipe_state is not None:
             trainer_state["recipe"] = recipe_state
-        return self.checkpoints.save(step, trainer_state=trainer_state, rank_state=rank_state or {},
-                                     rank_tensors=rank_tensors)
+        return self.checkpoints.save(
+            step, trainer_state=trainer_state, rank_state=rank_state or {}, rank_tensors=rank_tensors
+        )

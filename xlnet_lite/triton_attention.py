@@ -34,18 +34,57 @@ try:  # an import a saved model's remote code does not require (transformers ski
     import triton
     import triton.language as tl
 except ImportError as error:
-    raise ImportError("attn_implementation='xlnet_lite_triton' needs Triton (it comes with torch's CUDA builds; on a "
-                      "CPU `pip install triton` runs the kernels in its interpreter)") from error
+    raise ImportError(
+        "attn_implementation='xlnet_lite_triton' needs Triton (it comes with torch's CUDA builds; on a "
+        "CPU `pip install triton` runs the kernels in its interpreter)"
+    ) from error
 
 # ----------------------------------------------------------------------------------------------------------
 # Kernels
 
 
 @triton.jit
-def _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                 skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j, Q, K, R, D, qlen,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BAND: tl.constexpr, HAS_SEG: tl.constexpr,
-                 HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+def _tile_scores(
+    qw,
+    qr,
+    kt,
+    KR,
+    POS,
+    SEGK,
+    BLK,
+    gain,
+    seg_q,
+    b,
+    n,
+    m0,
+    n0,
+    offs_m,
+    offs_n,
+    offs_d,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    sp_b,
+    sp_n,
+    sp_m,
+    sp_j,
+    ssk_b,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    Q,
+    K,
+    R,
+    D,
+    qlen,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BAND: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    PREC: tl.constexpr,
+):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
     the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed. Also returns the band of positional keys it read
     (BLOCK_D, BLOCK_M + BLOCK_N) (BAND; kt otherwise)."""
@@ -71,8 +110,7 @@ def _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs
 
 
 @triton.jit
-def _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D,
-                 HAS_SEG: tl.constexpr):
+def _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG: tl.constexpr):
     """A block of queries: qw and qr (BLOCK_M, BLOCK_D), the segment gain and ids of its rows; and the block's mask
     and offsets in qw's layout (the queries' gradients are stored alike)."""
     q_ok = (offs_m[:, None] < Q) & (offs_d[None, :] < D)
@@ -111,18 +149,68 @@ def _kept(SEED, bn, rows, keys, Q, K, DROP_P):
 
 
 @triton.jit
-def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
-              sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
-              sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-              N, Q, K, R, D, qlen, DROP_P,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
-              HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _attn_fwd(
+    QW,
+    QR,
+    KEY,
+    VAL,
+    KR,
+    POS,
+    GAIN,
+    SEGQ,
+    SEGK,
+    BLK,
+    SEED,
+    OUT,
+    LSE,
+    sq_b,
+    sq_n,
+    sq_m,
+    sk_b,
+    sk_n,
+    sk_j,
+    sv_b,
+    sv_n,
+    sv_j,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    sp_b,
+    sp_n,
+    sp_m,
+    sp_j,
+    ssq_b,
+    ssk_b,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    so_b,
+    so_n,
+    so_m,
+    N,
+    Q,
+    K,
+    R,
+    D,
+    qlen,
+    DROP_P,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BAND: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    PREC: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
     offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
-    qw, qr, gain, seg_q, q_ok, _ = _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b,
-                                                Q, D, HAS_SEG)
+    qw, qr, gain, seg_q, q_ok, _ = _query_block(
+        QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+    )
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -130,35 +218,127 @@ def _attn_fwd(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, OUT, LSE,
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j,
-                              Q, K, R, D, qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        s, krt = _tile_scores(
+            qw,
+            qr,
+            kt,
+            KR,
+            POS,
+            SEGK,
+            BLK,
+            gain,
+            seg_q,
+            b,
+            n,
+            m0,
+            n0,
+            offs_m,
+            offs_n,
+            offs_d,
+            skr_b,
+            skr_n,
+            skr_d,
+            skr_r,
+            sp_b,
+            sp_n,
+            sp_m,
+            sp_j,
+            ssk_b,
+            sbk_b,
+            sbk_m,
+            sbk_j,
+            Q,
+            K,
+            R,
+            D,
+            qlen,
+            BLOCK_M,
+            BLOCK_N,
+            BAND,
+            HAS_SEG,
+            HAS_MASK,
+            PREC,
+        )
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf - 0) = 0
         p = tl.exp(s - m_use[:, None])
         alpha = tl.exp(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=tl.trans(kv_ok),
-                    other=0.0)
+        v = tl.load(
+            VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=tl.trans(kv_ok), other=0.0
+        )
         if HAS_DROPOUT:  # the normaliser l_i sums the probabilities before dropout, as softmax then dropout does
             p = p * _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
     has_key = l_i > 0
     out = acc / tl.where(has_key, l_i, 1.0)[:, None]
-    tl.store(OUT + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], out.to(OUT.dtype.element_ty),
-             mask=q_ok)
+    tl.store(
+        OUT + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], out.to(OUT.dtype.element_ty), mask=q_ok
+    )
     lse = tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf"))
     tl.store(LSE + bn * Q + offs_m, lse, mask=offs_m < Q)
 
 
 @triton.jit
-def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DELTA, DK, DV,
-                   sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
-                   sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                   N, Q, K, R, D, qlen, DROP_P,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
-                   HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _attn_bwd_dkdv(
+    QW,
+    QR,
+    KEY,
+    VAL,
+    KR,
+    POS,
+    GAIN,
+    SEGQ,
+    SEGK,
+    BLK,
+    SEED,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    sq_b,
+    sq_n,
+    sq_m,
+    sk_b,
+    sk_n,
+    sk_j,
+    sv_b,
+    sv_n,
+    sv_j,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    sp_b,
+    sp_n,
+    sp_m,
+    sp_j,
+    ssq_b,
+    ssk_b,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    so_b,
+    so_n,
+    so_m,
+    N,
+    Q,
+    K,
+    R,
+    D,
+    qlen,
+    DROP_P,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BAND: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    PREC: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous."""
     pid_n, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
@@ -171,12 +351,51 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, L
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     for m0 in range(0, Q, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
-        qw, qr, gain, seg_q, q_ok, _ = _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m,
-                                                    ssq_b, Q, D, HAS_SEG)
+        qw, qr, gain, seg_q, q_ok, _ = _query_block(
+            QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+        )
         do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
-        s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j,
-                              Q, K, R, D, qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        s, krt = _tile_scores(
+            qw,
+            qr,
+            kt,
+            KR,
+            POS,
+            SEGK,
+            BLK,
+            gain,
+            seg_q,
+            b,
+            n,
+            m0,
+            n0,
+            offs_m,
+            offs_n,
+            offs_d,
+            skr_b,
+            skr_n,
+            skr_d,
+            skr_r,
+            sp_b,
+            sp_n,
+            sp_m,
+            sp_j,
+            ssk_b,
+            sbk_b,
+            sbk_m,
+            sbk_j,
+            Q,
+            K,
+            R,
+            D,
+            qlen,
+            BLOCK_M,
+            BLOCK_N,
+            BAND,
+            HAS_SEG,
+            HAS_MASK,
+            PREC,
+        )
         p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
@@ -194,20 +413,75 @@ def _attn_bwd_dkdv(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, L
 
 
 @triton.jit
-def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DELTA, DQW, DQR, DPOS, DGAIN,
-                 sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
-                 sp_b, sp_n, sp_m, sp_j, ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                 N, Q, K, R, D, qlen, DROP_P,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BAND: tl.constexpr,
-                 HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _attn_bwd_dq(
+    QW,
+    QR,
+    KEY,
+    VAL,
+    KR,
+    POS,
+    GAIN,
+    SEGQ,
+    SEGK,
+    BLK,
+    SEED,
+    DO,
+    LSE,
+    DELTA,
+    DQW,
+    DQR,
+    DPOS,
+    DGAIN,
+    sq_b,
+    sq_n,
+    sq_m,
+    sk_b,
+    sk_n,
+    sk_j,
+    sv_b,
+    sv_n,
+    sv_j,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    sp_b,
+    sp_n,
+    sp_m,
+    sp_j,
+    ssq_b,
+    ssk_b,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    so_b,
+    so_n,
+    so_m,
+    N,
+    Q,
+    K,
+    R,
+    D,
+    qlen,
+    DROP_P,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BAND: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    PREC: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """dqw, dqr, dgain of one block of queries over every block of keys; in the dense form the (B, N, Q, K)
     positional scores' gradient DPOS too (the banded form's dkr is _attn_bwd_dkr's)."""
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
     offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
-    qw, qr, gain, seg_q, q_ok, q_off = _query_block(QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m,
-                                                    ssq_b, Q, D, HAS_SEG)
+    qw, qr, gain, seg_q, q_ok, q_off = _query_block(
+        QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+    )
     do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
     dqw = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dqr = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -221,9 +495,47 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, krt = _tile_scores(qw, qr, kt, KR, POS, SEGK, BLK, gain, seg_q, b, n, m0, n0, offs_m, offs_n, offs_d,
-                              skr_b, skr_n, skr_d, skr_r, sp_b, sp_n, sp_m, sp_j, ssk_b, sbk_b, sbk_m, sbk_j,
-                              Q, K, R, D, qlen, BLOCK_M, BLOCK_N, BAND, HAS_SEG, HAS_MASK, PREC)
+        s, krt = _tile_scores(
+            qw,
+            qr,
+            kt,
+            KR,
+            POS,
+            SEGK,
+            BLK,
+            gain,
+            seg_q,
+            b,
+            n,
+            m0,
+            n0,
+            offs_m,
+            offs_n,
+            offs_d,
+            skr_b,
+            skr_n,
+            skr_d,
+            skr_r,
+            sp_b,
+            sp_n,
+            sp_m,
+            sp_j,
+            ssk_b,
+            sbk_b,
+            sbk_m,
+            sbk_j,
+            Q,
+            K,
+            R,
+            D,
+            qlen,
+            BLOCK_M,
+            BLOCK_N,
+            BAND,
+            HAS_SEG,
+            HAS_MASK,
+            PREC,
+        )
         p = tl.exp(s - lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
@@ -234,8 +546,11 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
             dband = tl.where(in_tile, tl.gather(ds, key_of, 1), 0.0)  # (BLOCK_M, BLOCK_M + BLOCK_N)
             dqr += tl.dot(dband.to(krt.dtype), tl.trans(krt), input_precision=PREC)
         else:
-            tl.store(DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :], ds.to(DPOS.dtype.element_ty),
-                     mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K))
+            tl.store(
+                DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :],
+                ds.to(DPOS.dtype.element_ty),
+                mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K),
+            )
         if HAS_SEG:
             seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1)
             dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
@@ -246,12 +561,58 @@ def _attn_bwd_dq(QW, QR, KEY, VAL, KR, POS, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE
 
 
 @triton.jit
-def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DELTA, DKR,
-                  sq_b, sq_n, sq_m, sk_b, sk_n, sk_j, sv_b, sv_n, sv_j, skr_b, skr_n, skr_d, skr_r,
-                  ssq_b, ssk_b, sbk_b, sbk_m, sbk_j, so_b, so_n, so_m,
-                  B, N, Q, K, R, D, qlen, DROP_P, kr_rows,
-                  BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SEG: tl.constexpr, HAS_MASK: tl.constexpr,
-                  PREC: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _attn_bwd_dkr(
+    QW,
+    QR,
+    KEY,
+    VAL,
+    KR,
+    GAIN,
+    SEGQ,
+    SEGK,
+    BLK,
+    SEED,
+    DO,
+    LSE,
+    DELTA,
+    DKR,
+    sq_b,
+    sq_n,
+    sq_m,
+    sk_b,
+    sk_n,
+    sk_j,
+    sv_b,
+    sv_n,
+    sv_j,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    ssq_b,
+    ssk_b,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    so_b,
+    so_n,
+    so_m,
+    B,
+    N,
+    Q,
+    K,
+    R,
+    D,
+    qlen,
+    DROP_P,
+    kr_rows,
+    BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    PREC: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """The banded form's dkr for one block of BLOCK distances r0.. of one head, summed over every query and the
     batch rows sharing these positional keys (all B when kr is shared, kr_rows = 1; its own row when kr_rows = B):
     dkr[r] = sum over (i, j) with qlen - i + j = r of dS[i, j] qr_i. For a block of queries m0.., those (i, j) lie in
@@ -265,20 +626,26 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
     slab_of = offs_a[:, None] + offs_c[None, :]  # (BLOCK, BLOCK): the slab column of (a, c)
     dkr = tl.zeros([BLOCK, BLOCK_D], tl.float32)
     for b in range(kb, B, kr_rows):
-        krb = tl.load(KR + b * skr_b + n * skr_n + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r,
-                      mask=(offs_d[:, None] < D) & (offs_r[None, :] < R), other=0.0)  # (BLOCK_D, BLOCK)
+        krb = tl.load(
+            KR + b * skr_b + n * skr_n + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r,
+            mask=(offs_d[:, None] < D) & (offs_r[None, :] < R),
+            other=0.0,
+        )  # (BLOCK_D, BLOCK)
         # only the query blocks some of whose keys j = r - qlen + i fall in [0, K) for a distance r of the block
         for m0 in range(tl.maximum(qlen - r0 - BLOCK + 1, 0) // BLOCK * BLOCK, tl.minimum(Q, qlen - r0 + K), BLOCK):
             offs_m = m0 + offs_a
-            qw, qr, gain, seg_q, q_ok, _ = _query_block(QW, QR, GAIN, SEGQ, b, n, b * N + n, offs_m, offs_d, sq_b,
-                                                        sq_n, sq_m, ssq_b, Q, D, HAS_SEG)
+            qw, qr, gain, seg_q, q_ok, _ = _query_block(
+                QW, QR, GAIN, SEGQ, b, n, b * N + n, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+            )
             do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, b * N + n, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
             j0 = r0 - qlen + m0
             slab_ok = ((j0 + offs_t)[None, :] >= 0) & ((j0 + offs_t)[None, :] < K) & (offs_d[:, None] < D)
-            kt = tl.load(KEY + b * sk_b + n * sk_n + (j0 + offs_t)[None, :] * sk_j + offs_d[:, None], mask=slab_ok,
-                         other=0.0)  # (BLOCK_D, 2 BLOCK)
-            vt = tl.load(VAL + b * sv_b + n * sv_n + (j0 + offs_t)[None, :] * sv_j + offs_d[:, None], mask=slab_ok,
-                         other=0.0)
+            kt = tl.load(
+                KEY + b * sk_b + n * sk_n + (j0 + offs_t)[None, :] * sk_j + offs_d[:, None], mask=slab_ok, other=0.0
+            )  # (BLOCK_D, 2 BLOCK)
+            vt = tl.load(
+                VAL + b * sv_b + n * sv_n + (j0 + offs_t)[None, :] * sv_j + offs_d[:, None], mask=slab_ok, other=0.0
+            )
             s = tl.gather(tl.dot(qw, kt, input_precision=PREC), slab_of, 1)  # (BLOCK, BLOCK): row a, distance c
             s += tl.dot(qr, krb, input_precision=PREC)
             key = j0 + slab_of  # (BLOCK, BLOCK)
@@ -294,8 +661,9 @@ def _attn_bwd_dkr(QW, QR, KEY, VAL, KR, GAIN, SEGQ, SEGK, BLK, SEED, DO, LSE, DE
                 dp = dp * _kept(SEED, b * N + n, offs_m[:, None], key, Q, K, DROP_P)
             ds = p * (dp - delta[:, None])
             dkr += tl.dot(tl.trans(ds).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK, BLOCK_D)
-    tl.store(DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr,
-             mask=(offs_r[:, None] < R) & (offs_d[None, :] < D))
+    tl.store(
+        DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr, mask=(offs_r[:, None] < R) & (offs_d[None, :] < D)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -332,12 +700,16 @@ def _blocks(device, d, dtype):
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
 # (fullgraph), placing the launches in its graph, and fuses the work around them.
-_FORWARD_SCHEMA = ("(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
-                   "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen) -> (Tensor, Tensor)")
-_BACKWARD_SCHEMA = ("(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
-                    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, "
-                    "Tensor lse, int qlen) -> "
-                    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_FORWARD_SCHEMA = (
+    "(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
+    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen) -> (Tensor, Tensor)"
+)
+_BACKWARD_SCHEMA = (
+    "(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
+    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, "
+    "Tensor lse, int qlen) -> "
+    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
@@ -352,8 +724,24 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
     block, block_d, launch, _ = _blocks(qw.device, D, qw.dtype)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
-        *args.pointers, out, lse, *args.strides, *_out_strides(out), N, Q, k.shape[2], args.R, D, qlen, dropout_p,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
+        *args.pointers,
+        out,
+        lse,
+        *args.strides,
+        *_out_strides(out),
+        N,
+        Q,
+        k.shape[2],
+        args.R,
+        D,
+        qlen,
+        dropout_p,
+        BLOCK_M=block,
+        BLOCK_N=block,
+        BLOCK_D=block_d,
+        **args.flags,
+        **launch,
+    )
     return out, lse
 
 
@@ -375,18 +763,73 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
-        *args.pointers, dout, lse, delta, dk, dv, *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen,
-        dropout_p, **common)
+        *args.pointers,
+        dout,
+        lse,
+        delta,
+        dk,
+        dv,
+        *args.strides,
+        *_out_strides(dout),
+        N,
+        Q,
+        K,
+        args.R,
+        D,
+        qlen,
+        dropout_p,
+        **common,
+    )
     _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
-        *args.pointers, dout, lse, delta, dqw, dqr, dpos if kr is None else lse, dgain if gain is not None else lse,
-        *args.strides, *_out_strides(dout), N, Q, K, args.R, D, qlen, dropout_p, **common)
+        *args.pointers,
+        dout,
+        lse,
+        delta,
+        dqw,
+        dqr,
+        dpos if kr is None else lse,
+        dgain if gain is not None else lse,
+        *args.strides,
+        *_out_strides(dout),
+        N,
+        Q,
+        K,
+        args.R,
+        D,
+        qlen,
+        dropout_p,
+        **common,
+    )
     if kr is not None:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
         strides = args.strides[:13] + args.strides[17:]  # without pos's
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
-            qw_, qr_, k_, v_, kr_, *rest, dout, lse, delta, dkr, *strides, *_out_strides(dout), B, N, Q, K, args.R,
-            D, qlen, dropout_p, kr.shape[0], BLOCK=block, BLOCK_D=block_d,
-            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")}, **dkr_launch)
+            qw_,
+            qr_,
+            k_,
+            v_,
+            kr_,
+            *rest,
+            dout,
+            lse,
+            delta,
+            dkr,
+            *strides,
+            *_out_strides(dout),
+            B,
+            N,
+            Q,
+            K,
+            args.R,
+            D,
+            qlen,
+            dropout_p,
+            kr.shape[0],
+            BLOCK=block,
+            BLOCK_D=block_d,
+            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")},
+            **dkr_launch,
+        )
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 
@@ -394,10 +837,15 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
 def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
     B, N, Q, D = qw.shape
     K = k.shape[2]
-    return (qw.new_empty(B, N, Q, D), qr.new_empty(B, N, Q, D), k.new_empty(B, N, K, D), v.new_empty(B, N, K, D),
-            qw.new_empty(kr.shape[0], N, kr.shape[-1], D, dtype=torch.float32) if kr is not None else qw.new_empty(0),
-            pos.new_empty(B, N, Q, K) if kr is None else qw.new_empty(0),
-            qw.new_empty(B, N, Q, dtype=torch.float32) if gain is not None else qw.new_empty(0))
+    return (
+        qw.new_empty(B, N, Q, D),
+        qr.new_empty(B, N, Q, D),
+        k.new_empty(B, N, K, D),
+        v.new_empty(B, N, K, D),
+        qw.new_empty(kr.shape[0], N, kr.shape[-1], D, dtype=torch.float32) if kr is not None else qw.new_empty(0),
+        pos.new_empty(B, N, Q, K) if kr is None else qw.new_empty(0),
+        qw.new_empty(B, N, Q, dtype=torch.float32) if gain is not None else qw.new_empty(0),
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -408,13 +856,27 @@ def _setup_context(ctx, inputs, output):
 
 def _gradients(ctx, dout, _dlse):
     qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, out, lse = ctx.saved_tensors
-    dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed,
-                                                   ctx.dropout_p, out, lse, ctx.qlen)
+    dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(
+        dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, ctx.dropout_p, out, lse, ctx.qlen
+    )
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
         grad_kr = dkr.transpose(2, 3).to(kr.dtype)
-    return (dqw, dqr if kr is not None else None, dk, dv, grad_kr, dpos if kr is None else None,
-            dgain if gain is not None else None, None, None, None, None, None, None)
+    return (
+        dqw,
+        dqr if kr is not None else None,
+        dk,
+        dv,
+        grad_kr,
+        dpos if kr is None else None,
+        dgain if gain is not None else None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 _forward.register_autograd(_gradients, setup_context=_setup_context)
@@ -447,15 +909,34 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
     pos_ = pos if not band else stub.new_zeros(1, 1, 1, 1)
     R = kr.shape[-1] if band else 1
     has_seg = gain is not None
-    blk = blocked.view(torch.uint8) if blocked is not None else torch.zeros(1, 1, 1, dtype=torch.uint8,
-                                                                              device=qw.device)
-    pointers = (qw, qr, k, v, kr_, pos_, gain if has_seg else stub, seg_q if has_seg else stub,
-                seg_k if has_seg else stub, blk, seed if dropout_p > 0 else stub)
-    strides = (*qw.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-               0 if kr_.shape[0] == 1 else kr_.stride(0), *kr_.stride()[1:],
-               *pos_.stride(),
-               seg_q.stride(0) if has_seg else 0, seg_k.stride(0) if has_seg else 0,
-               0 if blk.shape[0] == 1 else blk.stride(0), *blk.stride()[1:])
+    blk = (
+        blocked.view(torch.uint8) if blocked is not None else torch.zeros(1, 1, 1, dtype=torch.uint8, device=qw.device)
+    )
+    pointers = (
+        qw,
+        qr,
+        k,
+        v,
+        kr_,
+        pos_,
+        gain if has_seg else stub,
+        seg_q if has_seg else stub,
+        seg_k if has_seg else stub,
+        blk,
+        seed if dropout_p > 0 else stub,
+    )
+    strides = (
+        *qw.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        0 if kr_.shape[0] == 1 else kr_.stride(0),
+        *kr_.stride()[1:],
+        *pos_.stride(),
+        seg_q.stride(0) if has_seg else 0,
+        seg_k.stride(0) if has_seg else 0,
+        0 if blk.shape[0] == 1 else blk.stride(0),
+        *blk.stride()[1:],
+    )
     prec = "ieee" if qw.dtype == torch.float32 else "tf32"
     flags = dict(BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, PREC=prec, HAS_DROPOUT=dropout_p > 0)
     return _Operands(pointers, strides, R, flags)
@@ -466,8 +947,9 @@ def _out_strides(out):
     return out.stride(0), out.stride(2), out.stride(1)
 
 
-def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q=None, seg_k=None, blocked=None,
-                       dropout_p=0.0, qlen):
+def relative_attention(
+    qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q=None, seg_k=None, blocked=None, dropout_p=0.0, qlen
+):
     """softmax(qw k^T + positional term + segment term, blocked keys -inf) v, fused: see the module docstring.
 
     qw (B, N, Q, D): the queries plus u, scaled by 1 / sqrt(D); k, v (B, N, K, D); either qr (the queries plus v,
@@ -481,8 +963,10 @@ def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q
     if (kr is None) == (pos is None) or (kr is None) != (qr is None):
         raise ValueError("relative_attention takes the positional term as qr and kr (banded) or pos (dense)")
     if not qw.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError("attn_implementation='xlnet_lite_triton' needs a CUDA device; on a CPU it runs only in "
-                         "Triton's interpreter (set TRITON_INTERPRET=1 before the first use; slow, for checking)")
+        raise ValueError(
+            "attn_implementation='xlnet_lite_triton' needs a CUDA device; on a CPU it runs only in "
+            "Triton's interpreter (set TRITON_INTERPRET=1 before the first use; slow, for checking)"
+        )
     B, N, Q, D = qw.shape
     if Q == 0:  # no query rows (an empty target_mapping): nothing to launch
         return qw.new_zeros(B, 0, N, D)
@@ -499,7 +983,9 @@ def relative_attention(qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q
     seed = None
     if dropout_p > 0:
         if B * N * Q * k.shape[2] >= 2**31:
-            raise ValueError(f"attn_implementation='xlnet_lite_triton' draws dropout by the score's index, which must "
-                             f"stay under 2**31: B * N * Q * K = {B * N * Q * k.shape[2]}; use fewer rows or 'sdpa'")
+            raise ValueError(
+                f"attn_implementation='xlnet_lite_triton' draws dropout by the score's index, which must "
+                f"stay under 2**31: B * N * Q * K = {B * N * Q * k.shape[2]}; use fewer rows or 'sdpa'"
+            )
         seed = torch.randint(2**31 - 1, (1,), device=qw.device)
     return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen)[0]

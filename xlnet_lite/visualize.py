@@ -47,8 +47,11 @@ def build_sample(args: argparse.Namespace):
         texts, tokenizer, batch_size=1, seq_len=args.seq_len, reuse_len=args.reuse_len, seed=args.seed
     )
     collator = DataCollatorForXLNetPretraining(
-        tokenizer, plm_probability=args.plm_probability, reuse_len=args.reuse_len,
-        perm_size=args.perm_size, seed=args.seed,
+        tokenizer,
+        plm_probability=args.plm_probability,
+        reuse_len=args.reuse_len,
+        perm_size=args.perm_size,
+        seed=args.seed,
     )
     batch = collator(stream.next_batch())
     tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
@@ -89,14 +92,17 @@ def draw(tokens: list[str], batch, output: str | Path, *, reuse_len: int | None 
     colors = np.where(is_target, 1.0, 0.0)[None, :]
     ax.imshow(colors, cmap="Oranges", vmin=0, vmax=1.5, aspect="auto")
     for i in range(T):
-        ax.text(i, 0, f"{labels[i]}\n{order[i] if is_target[i] else '-'}", ha="center", va="center",
-                fontsize=6, rotation=90)
+        ax.text(
+            i, 0, f"{labels[i]}\n{order[i] if is_target[i] else '-'}", ha="center", va="center", fontsize=6, rotation=90
+        )
     ax.set_yticks([])
     ax.set_xticks(range(T))
     ax.set_title("tokens (targets starred, with their place in the factorization order; '-' = context, seen by all)")
     for col, (mask, title) in enumerate(
-        [(content, "content stream: row may attend to column (sees itself)"),
-         (query, "query stream: row may attend to column (a target never sees itself)")]
+        [
+            (content, "content stream: row may attend to column (sees itself)"),
+            (query, "query stream: row may attend to column (a target never sees itself)"),
+        ]
     ):
         ax = fig.add_subplot(grid[1, col])
         ax.imshow(mask, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")

@@ -44,8 +44,9 @@ def _ids(tokenizer):
 # Config
 
 
-def bert_config_like(xlnet_config_or_preset, vocab_size, max_position_embeddings=512, *, dropout=0.0,
-                     pad_token_id=None):
+def bert_config_like(
+    xlnet_config_or_preset, vocab_size, max_position_embeddings=512, *, dropout=0.0, pad_token_id=None
+):
     """A `BertConfig` of the size of an XLNet-Lite model: hidden_size = d_model, num_hidden_layers = n_layer,
     num_attention_heads = n_head, intermediate_size = d_inner, the same activation (gelu), initializer range and
     LayerNorm epsilon; `dropout` on hidden states and attention probabilities (0.0: XLNet-Lite's pretraining
@@ -87,7 +88,8 @@ def bert_tokenizer(tokenizer):
     bert.backend_tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{tokenizer.cls_token}:0 $A:0 {tokenizer.sep_token}:0",
         pair=f"{tokenizer.cls_token}:0 $A:0 {tokenizer.sep_token}:0 $B:1 {tokenizer.sep_token}:1",
-        special_tokens=[(tokenizer.cls_token, cls_id), (tokenizer.sep_token, sep_id)])
+        special_tokens=[(tokenizer.cls_token, cls_id), (tokenizer.sep_token, sep_id)],
+    )
     bert.padding_side = "right"
     bert._pad_token_type_id = 0
     return bert
@@ -162,10 +164,28 @@ def _mlm_eval(model, blocks, tokenizer, *, mlm_probability, seed, batch_size, de
     return total / max(count, 1), torch.cat(labels)
 
 
-def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_size=16, seq_len=128,
-                 warmup_steps=100, weight_decay=0.01, mlm_probability=0.15, seed=0, eval_texts=None,
-                 model_size="small", dropout=0.0, adam_epsilon=1e-8, max_grad_norm=1.0, logging_steps=50,
-                 device=None, log=print) -> dict:
+def pretrain_mlm(
+    texts,
+    tokenizer,
+    *,
+    minutes,
+    learning_rate,
+    output_dir,
+    batch_size=16,
+    seq_len=128,
+    warmup_steps=100,
+    weight_decay=0.01,
+    mlm_probability=0.15,
+    seed=0,
+    eval_texts=None,
+    model_size="small",
+    dropout=0.0,
+    adam_epsilon=1e-8,
+    max_grad_norm=1.0,
+    logging_steps=50,
+    device=None,
+    log=print,
+) -> dict:
     """Train a BertForMaskedLM of `model_size` (a preset name, or anything `bert_config_like` takes) on `texts` for
     `minutes` of training steps, save it and a BERT-layout copy of the tokenizer (`bert_tokenizer`) in `output_dir`,
     and return what happened (steps, train_seconds, tokens_seen, losses, parameters, tokens_per_second).
@@ -191,8 +211,9 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
     vocab_size = len(tokenizer)
 
     set_seed(seed)
-    config = bert_config_like(model_size, vocab_size, max(512, seq_len), dropout=dropout,
-                              pad_token_id=tokenizer.pad_token_id)
+    config = bert_config_like(
+        model_size, vocab_size, max(512, seq_len), dropout=dropout, pad_token_id=tokenizer.pad_token_id
+    )
     model = BertForMaskedLM(config)
     counts = np.bincount(blocks.flatten().numpy(), minlength=vocab_size)
     counts[list(tokenizer.all_special_ids)] = 0  # never targets
@@ -200,8 +221,10 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
     init_lm_bias_at_unigram(model, log_probs)  # decoder.bias, tied to cls.predictions.bias
     model.to(device).train()
     parameters = model.num_parameters()
-    log(f"mlm baseline: BERT {parameters / 1e6:.2f}M parameters ({config.num_hidden_layers} layers, hidden "
-        f"{config.hidden_size}); {len(blocks)} blocks of {seq_len} tokens; vocab {vocab_size}; {minutes} minutes")
+    log(
+        f"mlm baseline: BERT {parameters / 1e6:.2f}M parameters ({config.num_hidden_layers} layers, hidden "
+        f"{config.hidden_size}); {len(blocks)} blocks of {seq_len} tokens; vocab {vocab_size}; {minutes} minutes"
+    )
 
     optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
     budget = training.TimeBudget(minutes, warmup_steps=warmup_steps, schedule="linear")
@@ -228,8 +251,9 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
         step += 1
         losses.append(loss)
         if step % logging_steps == 0 or budget.expired():
-            log(f"step {step}: loss {np.mean(losses[-logging_steps:]):.3f}, lr {learning_rates[-1]:.2e}, "
-                f"{elapsed:.1f}s")
+            log(
+                f"step {step}: loss {np.mean(losses[-logging_steps:]):.3f}, lr {learning_rates[-1]:.2e}, {elapsed:.1f}s"
+            )
 
     results = {
         "steps": step,
@@ -247,11 +271,20 @@ def pretrain_mlm(texts, tokenizer, *, minutes, learning_rate, output_dir, batch_
         "train_blocks": len(blocks),
     }
     if eval_blocks is not None:
-        results["eval_mlm_loss"], labels = _mlm_eval(model, eval_blocks, tokenizer, mlm_probability=mlm_probability,
-                                                     seed=seed + 1, batch_size=batch_size, device=device)
+        results["eval_mlm_loss"], labels = _mlm_eval(
+            model,
+            eval_blocks,
+            tokenizer,
+            mlm_probability=mlm_probability,
+            seed=seed + 1,
+            batch_size=batch_size,
+            device=device,
+        )
         results["unigram_baseline_loss"] = unigram_cross_entropy(log_probs, labels)
-        log(f"eval MLM loss {results['eval_mlm_loss']:.3f} nats (unigram baseline "
-            f"{results['unigram_baseline_loss']:.3f}) on {len(eval_blocks)} blocks")
+        log(
+            f"eval MLM loss {results['eval_mlm_loss']:.3f} nats (unigram baseline "
+            f"{results['unigram_baseline_loss']:.3f}) on {len(eval_blocks)} blocks"
+        )
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
     bert_tokenizer(tokenizer).save_pretrained(output_dir)
@@ -273,8 +306,10 @@ def _encode(split, tokenizer, *, max_seq_length, targets, max_samples=None):
     cls_id, sep_id, _ = _ids(tokenizer)
     encoded = tokenizer(list(data[first]), add_special_tokens=False)["input_ids"]
     labels = targets(Split(data, split.source))
-    return [([cls_id, *ids[: max_seq_length - 2], sep_id], None if labels is None else labels[i])
-            for i, ids in enumerate(encoded)]
+    return [
+        ([cls_id, *ids[: max_seq_length - 2], sep_id], None if labels is None else labels[i])
+        for i, ids in enumerate(encoded)
+    ]
 
 
 def _collate(examples, pad_id, device):
@@ -299,10 +334,25 @@ def _accuracy(model, examples, pad_id, batch_size, device):
     return correct / len(examples)
 
 
-def finetune_bert_classifier(model_path_or_config, tokenizer, splits, *, seed, epochs=3, learning_rate=3e-4,
-                             max_seq_length=128, batch_size=16, eval_batch_size=64, dropout=0.1, weight_decay=0.0,
-                             warmup_steps=0, adam_epsilon=1e-6, max_grad_norm=1.0, max_train_samples=None,
-                             device=None) -> dict:
+def finetune_bert_classifier(
+    model_path_or_config,
+    tokenizer,
+    splits,
+    *,
+    seed,
+    epochs=3,
+    learning_rate=3e-4,
+    max_seq_length=128,
+    batch_size=16,
+    eval_batch_size=64,
+    dropout=0.1,
+    weight_decay=0.0,
+    warmup_steps=0,
+    adam_epsilon=1e-6,
+    max_grad_norm=1.0,
+    max_train_samples=None,
+    device=None,
+) -> dict:
     """Finetune a BertForSequenceClassification from a `pretrain_mlm` folder (or a random one from a BertConfig) on
     `splits` (`classification_data.load_splits`: train, validation, test; a `sentence` column and a `label`
     column, ints, strings or ClassLabel, mapped as `read_labels` does). As `finetune/run_glue.py`: AdamW over
@@ -342,15 +392,18 @@ def finetune_bert_classifier(model_path_or_config, tokenizer, splits, *, seed, e
     else:
         model = BertForSequenceClassification.from_pretrained(model_path_or_config, **head)
     if len(tokenizer) > model.config.vocab_size or max_seq_length > model.config.max_position_embeddings:
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens and max_seq_length is {max_seq_length}; the model "
-                         f"has {model.config.vocab_size} and {model.config.max_position_embeddings} positions")
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens and max_seq_length is {max_seq_length}; the model "
+            f"has {model.config.vocab_size} and {model.config.max_position_embeddings} positions"
+        )
     model.to(device).train()
 
     sampler = SegmentCountBatchSampler(np.ones(len(train), dtype=np.int64), batch_size, shuffle=True, seed=seed)
     steps_per_epoch = len(sampler)
     optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
-    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=warmup_steps,
-                              num_training_steps=max(epochs * steps_per_epoch, 1))
+    scheduler = get_scheduler(
+        "linear", optimizer, num_warmup_steps=warmup_steps, num_training_steps=max(epochs * steps_per_epoch, 1)
+    )
 
     elapsed, best, history = 0.0, None, []
     for epoch in range(epochs):
@@ -371,11 +424,15 @@ def finetune_bert_classifier(model_path_or_config, tokenizer, splits, *, seed, e
             losses.append(loss.item())
             elapsed += time.perf_counter() - start
         score = _accuracy(model, validation, pad_id, eval_batch_size, device)
-        history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
-                        "eval_accuracy": score})
+        history.append(
+            {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "eval_accuracy": score}
+        )
         if best is None or score is None or score > best["score"]:  # without validation data: the latest epoch
-            best = {"epoch": epoch + 1, "score": score,
-                    "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+            best = {
+                "epoch": epoch + 1,
+                "score": score,
+                "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            }
     if best is not None:
         model.load_state_dict(best["weights"])
     return {

@@ -78,7 +78,9 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines.tfidf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedded_task", choices=EMBEDDED_TASKS, default="newsgroups")
-    parser.add_argument("--train_file", help="CSV / TSV / JSON lines (instead of --embedded_task), as finetune/run_glue.py")
+    parser.add_argument(
+        "--train_file", help="CSV / TSV / JSON lines (instead of --embedded_task), as finetune/run_glue.py"
+    )
     parser.add_argument("--validation_file")
     parser.add_argument("--test_file")
     parser.add_argument("--max_train_samples_per_class", type=int, help="Train on the first N examples of each class.")
@@ -86,12 +88,19 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.train_file and not (args.validation_file and args.test_file):
         parser.error("--train_file needs --validation_file and --test_file (C is chosen on one, scored on the other)")
-    splits = load_splits(train_file=args.train_file, validation_file=args.validation_file, test_file=args.test_file,
-                         embedded_task=args.embedded_task)
+    splits = load_splits(
+        train_file=args.train_file,
+        validation_file=args.validation_file,
+        test_file=args.test_file,
+        embedded_task=args.embedded_task,
+    )
     if args.max_train_samples_per_class:
         splits["train"] = first_per_class(splits["train"], args.max_train_samples_per_class)
-    results = {"task": args.train_file or args.embedded_task, "train_source": splits["train"].source,
-               **tfidf_baseline(splits)}
+    results = {
+        "task": args.train_file or args.embedded_task,
+        "train_source": splits["train"].source,
+        **tfidf_baseline(splits),
+    }
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
