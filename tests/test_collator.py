@@ -261,21 +261,3 @@ def test_collator_output_through_the_model_leaks_nothing(tokenizer, seed):
         assert (influence[~hidden] > 0).all()
         checked += 1
     assert checked == int(batch["target_mapping"].sum())
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_perm_mask_tiles_blocked_whole_are_the_reuse_quadrant_alone(seed):
-    """benchmarks.perm_mask_tiles: with fewer targets than a tile is wide, the only tiles perm_mask blocks whole are
-    those where the reused first part would see the new part (here 2 x 2 of 4 x 6 tiles); the memory columns and the
-    random factorization masks (no reuse split) leave none."""
-    from benchmarks import bench_model
-    from benchmarks.perm_mask_tiles import blocked_tile_fraction, collator_perm_mask
-
-    cfg = dict(vocab_size=100, batch=4, seq_len=32, mem_len=16, reuse_len=16, num_predict=5)
-    perm_mask = collator_perm_mask(cfg, seed=seed)
-    assert blocked_tile_fraction(perm_mask, cfg["mem_len"], 8) == pytest.approx(4 / 24)
-    assert blocked_tile_fraction(bench_model.make_batch(cfg, seed=seed)["perm_mask"], cfg["mem_len"], 8) == 0.0
-    with pytest.raises(ValueError, match="multiples of the tile"):
-        blocked_tile_fraction(perm_mask, 10, 8)
-    # each position sees its own key in the content stream: a mask blocking everything leaves the diagonal tiles open
-    assert blocked_tile_fraction(torch.ones(1, 8, 8), 0, 4) == 0.5

@@ -787,32 +787,6 @@ def test_evaluation_batches_go_longest_first_and_predictions_keep_dataset_order(
     assert len(set(np.round(alone, 6))) == len(alone)  # every example scores differently: an order mix-up would show
 
 
-def test_the_eval_order_benchmark_finds_the_same_predictions_with_less_padding(pretrained, tmp_path):
-    """The benchmark's wiring: both orders over the whole split, the padded tokens of each, its JSON (that the
-    predictions agree score for score is the test above's)."""
-    from benchmarks import bench_eval_order
-
-    report = bench_eval_order.main(
-        [
-            "--model",
-            str(pretrained),
-            "--embedded_task",
-            "rotten_tomatoes",
-            "--repeats",
-            "1",
-            "--max_seq_length",
-            "64",
-            "--out",
-            str(tmp_path / "order.json"),
-        ]
-    )
-    orders = report["orders"]
-    assert report["examples"] == 1399 and report["predictions_differing"] == 0
-    assert orders["longest first"]["accuracy"] == orders["dataset order"]["accuracy"]
-    assert report["real_tokens"] <= orders["longest first"]["padded_tokens"] < orders["dataset order"]["padded_tokens"]
-    assert json.loads((tmp_path / "order.json").read_text())["orders"].keys() == orders.keys()
-
-
 def test_the_classifier_benchmark_times_three_models_with_the_same_logits(tmp_path):
     """bench_classifier's wiring: transformers' classifier and the two XLNet-Lite paths (pooled position, whole last
     layer) built with the same weights, timed, their logits equal, the JSON written."""
@@ -907,26 +881,3 @@ def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
         if "learning_rate" in m
     ]
     assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it
-
-
-def test_window_average_probe_reads_the_recipes_windows(pretrained):
-    """benchmarks.probe_window_average: the windows of windows mode (tokenize_split), each with its position in its
-    text; the first window of each text is the truncated text."""
-    from benchmarks.probe_window_average import window_rows
-
-    tokenizer = xlnet_lite.tokenization_xlnet_lite.load_tokenizer(pretrained)
-    data = datasets.Dataset.from_dict(
-        {"sentence": [GOOD[0], " . ".join(GOOD + BAD), " . ".join(BAD)], "label": [1, 1, 0]}
-    )
-    L = 16
-    dataset, owner, position = window_rows(tokenizer, data, max_len=L, max_windows=4)
-    head = tokenize_split(
-        Split(data, "t"), tokenizer, read_labels(Split(data, "t")), "t", max_len=L, mode="truncate", max_samples=None
-    )
-    n = np.bincount(owner)
-    assert n[0] == 1 and n[1] == 4 and n[2] > 1 and owner.tolist() == dataset["text_index"]
-    assert position.tolist() == [k for count in n for k in range(count)]
-    first = [dataset[int(i)] for i in np.flatnonzero(position == 0)]
-    assert [r["input_ids"] for r in first] == head["input_ids"] and [r["token_type_ids"] for r in first] == head[
-        "token_type_ids"
-    ]
