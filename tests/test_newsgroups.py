@@ -438,176 +438,6 @@ def test_the_compute_curve_draws_another_recipe_as_its_own_series(tmp_path, caps
             compute_curve.main([str(long), *bad])
 
 
-def test_last_epoch_against_best_counts_each_command_once(tmp_path, capsys):
-    from benchmarks import last_epoch_vs_best
-
-    def runs(*curves, lr=3e-4):
-        return {
-            "runs": [
-                {
-                    "command": f"run {i} {lr}",
-                    "arm": arm,
-                    "validation_curve": curve,
-                    "learning_rate": lr,
-                    "finetune_flags": "--num_train_epochs 3",
-                    "best_epoch": 1 + curve.index(max(c for c in curve if c is not None)),
-                }
-                for i, (arm, curve) in enumerate(curves)
-            ]
-        }
-
-    (tmp_path / "a.json").write_text(
-        json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]), ("random_init", [0.1, 0.3, 0.3])))
-    )
-    (tmp_path / "b.json").write_text(json.dumps(runs(("pretrained", [0.2, 0.5, 0.4]))))  # run 0 again: counted once
-    (tmp_path / "c.json").write_text(json.dumps(runs(("pretrained", [None, None, 0.9]), lr=1e-3)))  # last epoch only
-    (tmp_path / "d.json").write_text(json.dumps(runs(("pretrained", [0.9, 0.1, 0.1]), lr=1e-3)))
-    files = [str(tmp_path / f"{name}.json") for name in "abcd"]
-    assert last_epoch_vs_best.main(files)["all"]["runs"] == 3  # the curve without every epoch is left out
-    assert last_epoch_vs_best.main([*files, "--learning_rate", "1e-3"])["all"]["best_minus_last"][
-        "max"
-    ] == pytest.approx(0.8)
-    assert (
-        last_epoch_vs_best.main([*files, "--finetune_flags", "--num_train_epochs 3", "--learning_rate", "3e-4"])["all"][
-            "runs"
-        ]
-        == 2
-    )
-    capsys.readouterr()
-    report = last_epoch_vs_best.main(
-        [str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "r.json")]
-    )
-    assert report["all"]["runs"] == 2
-    assert report["all"]["best_minus_last"] == {
-        "mean": pytest.approx(0.05),
-        "max": pytest.approx(0.1),
-        "last_is_best": 1,
-    }
-    assert report["all"]["best_minus_epoch_mean"] == {
-        1: pytest.approx(0.25),
-        2: pytest.approx(0.0),
-        3: pytest.approx(0.05),
-    }
-    assert report["all"]["best_epoch_counts"] == {2: 2}
-    assert report["by_arm"]["random_init"]["best_minus_last"]["max"] == 0
-    assert json.loads((tmp_path / "r.json").read_text())["all"]["runs"] == 2
-    with pytest.raises(SystemExit) as stop:
-        last_epoch_vs_best.main([str(tmp_path / "missing.json")])
-    assert stop.value.code == 2 and "no such file" in capsys.readouterr().err
-
-
-def test_the_embedding_probe_sees_a_shared_direction():
-    import torch
-
-    from benchmarks.probe_embeddings import embedding_stats
-
-    torch.manual_seed(0)
-    isotropic = torch.randn(4000, 64)
-    shared = isotropic + torch.ones(64)  # the same vector, as long as a token's own (8), added to every token
-    line = isotropic.clone()
-    line[:, 0] *= 10  # one direction with most of the variance
-    a, b, c = embedding_stats(isotropic), embedding_stats(shared), embedding_stats(line)
-    assert abs(a["mean_pair_cosine"]) < 0.01 and a["top1_variance_share"] < 2.5 / 64 and a["mean_vector_norm"] < 0.3
-    assert 0.4 < b["mean_pair_cosine"] < 0.6 and b["mean_vector_norm"] == pytest.approx(8, abs=0.3)
-    assert b["top1_variance_share"] == pytest.approx(
-        a["top1_variance_share"], rel=1e-3
-    )  # centred: the shift is not a component
-    assert c["top1_variance_share"] > 0.6 and abs(c["mean_pair_cosine"]) < 0.02
-
-
-@pytest.mark.parametrize("n", [1, 5, 16, 17, 31, 32, 33, 100])
-def test_the_document_windows_are_the_parts_a_classifier_reads(n):
-    from benchmarks.probe_document_window import window_ids
-
-    ids = list(range(n))
-    first, last, with_memory, whole = (
-        window_ids(ids, w, max_seq_length=16, mem_len=6)
-        for w in ("first", "last_segment", "last_segment_and_memory", "whole")
-    )
-    assert first == ids[:16] and whole == ids
-    assert 1 <= len(last) <= 16 and last == ids[len(ids) - len(last) :] and (len(ids) - len(last)) % 16 == 0
-    assert with_memory[-len(last) :] == last and len(with_memory) == min(n, len(last) + 6)
-    if n <= 16:
-        assert first == last == with_memory == ids
-
-
-def test_the_document_window_probe_finds_the_class_where_it_is(fake_wheel, tmp_path):
-    """Each message opens with its group's word and goes on with shared words: TF-IDF on the first tokens finds the
-    group, on the last segment it is at chance."""
-    from benchmarks import probe_document_window
-    from xlnet_lite import train_tokenizer
-
-    rng = random.Random(1)
-    shared = "the a of and river stone light market city green slow quick north south music paper glass".split()
-
-    def message(i):
-        return f"{['orbit', 'engine', 'pixel'][i % 3]} " + " ".join(rng.choices(shared, k=60))
-
-    train = [(GROUPS[i % 3], message(i)) for i in range(300)]
-    test = [(GROUPS[i % 3], message(i)) for i in range(60)]
-    write_tab(tmp_path / "20newsgroups-train.tab", train)
-    write_tab(tmp_path / "20newsgroups-test.tab", test)
-    train_tokenizer([t for _, t in train], vocab_size=60).save_pretrained(tmp_path / "tok")
-    report = probe_document_window.main(
-        [
-            "--tokenizer",
-            str(tmp_path / "tok"),
-            "--labels_per_class",
-            "40",
-            "--windows",
-            "first",
-            "last_segment",
-            "--max_seq_length",
-            "16",
-            "--out",
-            str(tmp_path / "windows.json"),
-        ]
-    )
-    assert report["windows"]["first"]["test_accuracy"] == 1.0
-    assert report["windows"]["last_segment"]["test_accuracy"] < 0.6
-    assert json.loads((tmp_path / "windows.json").read_text())["train_examples"] == 120
-
-
-def test_message_lengths_count_whole_messages_within_each_window():
-    from benchmarks.probe_document_window import message_lengths
-
-    ids = {"train": [[1] * 100, [1] * 200, [1] * 600, [1] * 2000], "test": [[1] * 128, [1] * 129]}
-    lengths = message_lengths(ids)
-    assert lengths["train"] == dict(
-        messages=4, median_tokens=400, whole_within={128: 0.25, 256: 0.5, 512: 0.5, 1024: 0.75}
-    )
-    assert lengths["test"]["whole_within"][128] == 0.5 and lengths["test"]["median_tokens"] == 128.5
-
-
-def test_model_surgery_changes_only_its_part(pretrained, tmp_path):
-    """benchmarks.model_surgery: --redraw_layers draws those layers afresh and keeps every other tensor;
-    --all_but_the_top leaves embeddings with no common mean; a wrong layer or both operations are refused."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from benchmarks import model_surgery
-
-    model = tmp_path / "model"
-    shutil.copytree(pretrained, model)
-    state = {k: v + 1.0 for k, v in load_file(model / "model.safetensors").items()}  # unlike any fresh draw
-    save_file(state, model / "model.safetensors", metadata={"format": "pt"})
-    model_surgery.main(["--model", str(model), "--redraw_layers", "0", "--out", str(tmp_path / "redrawn")])
-    after = load_file(tmp_path / "redrawn" / "model.safetensors")
-    changed = {k for k in state if not torch.equal(state[k], after[k])}
-    assert changed and all(k.startswith("transformer.layer.0.") for k in changed)
-    assert any(k.startswith("transformer.layer.1.") for k in state)  # there was another layer to keep
-    assert (tmp_path / "redrawn" / "config.json").is_file() and (tmp_path / "redrawn" / "surgery.json").is_file()
-    model_surgery.main(["--model", str(model), "--all_but_the_top", "1", "--out", str(tmp_path / "abtt")])
-    embeddings = load_file(tmp_path / "abtt" / "model.safetensors")[model_surgery.KEY]
-    assert embeddings.mean(0).abs().max() < 1e-5 < state[model_surgery.KEY].mean(0).abs().max()
-    for bad in (["--redraw_layers", "9"], ["--redraw_layers", "0", "--all_but_the_top", "1"]):
-        with pytest.raises(SystemExit) as exit_info:
-            model_surgery.main(["--model", str(model), *bad, "--out", str(tmp_path / "no")])
-        assert exit_info.value.code == 2 and not (tmp_path / "no").exists()
-
-
 def test_a_larger_model_is_held_against_its_own_size_at_random_init(tmp_path):
     from benchmarks import compute_curve
 
@@ -681,7 +511,8 @@ def test_the_levers_table_holds_each_arm_against_its_own_reference(tmp_path, cap
         and rows[1]["pretraining_flags"] == "--max_span_length 1 --per_device_train_batch_size 8"
     )  # against XLNet's objective: 1/6 is not listed
     assert (
-        "| batch 8 (`--max_span_length 1 --per_device_train_batch_size 8`) | 50 | defaults | 2,400 steps, 4.9M tokens | -2.20 | "
+        "| batch 8 (`--max_span_length 1 --per_device_train_batch_size 8`) | 50 | defaults "
+        "| 2,400 steps, 4.9M tokens | -2.20 | "
         "0.322 (1 seed) | 0.412 | 0.480 ± 0.010 | -15.8 | a test CPU, bf16 |" in table
     )
     assert rows[2]["gain_over_random_init"] is None and rows[0]["pretraining_flags"] is None
@@ -741,21 +572,6 @@ def test_gpu_compute_script_refuses_bad_settings_in_one_line(tmp_path, env, mess
     done, calls = run_compute_script(tmp_path, **env)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert calls == []
-
-
-def test_tokenizer_coverage_probe_counts_pieces_per_word_by_group():
-    """benchmarks.probe_tokenizer_coverage: a tokenizer trained on one group's messages cuts that group's words into
-    fewer pieces than another group's; every word is counted once per group."""
-    from benchmarks.probe_tokenizer_coverage import pieces_per_word
-    from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
-
-    seen = [f"the engine and the gearbox of car {i} need oil" for i in range(30)]
-    unseen = [f"the goalie and the defenceman of team {i} skate fast" for i in range(30)]
-    tokenizer = train_tokenizer(seen, vocab_size=80)
-    ratios = pieces_per_word(tokenizer, [("cars", t) for t in seen] + [("hockey", t) for t in unseen])
-    assert set(ratios) == {"cars", "hockey"} and 1 <= ratios["cars"] < ratios["hockey"]
-    words = sum(len(t.split()) for t in seen)
-    assert ratios["cars"] * words == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in seen)
 
 
 def test_reference_random_arms_are_joined_by_tokenizer(tmp_path):
