@@ -1,1 +1,2 @@
-"""Benchmarks, baselines and probes of xlnet-lite; run each from the repository root as `python -m benchmarks.<name>`."""
+"""Scripts that reproduce a figure of README.md or benchmarks/RESULTS.md (benchmarks/README.md maps them); run each
+from the repository root as `python -m benchmarks.<name>`."""

@@ -1,6 +1,6 @@
 """What a checkpoint's manifest costs: the recipes' checkpoint (accelerate's state: model, optimizer, scheduler, RNG;
-the trainer state) written with `xlnet_lite.training.Checkpoints.save`, and the manifest (xxh3-128, and sha256 beside it) of the same folder
-timed on its own, per model preset, medians of --runs writes.
+the trainer state) written with `xlnet_lite.training.Checkpoints.save`, and the manifest (xxh3-128, and sha256 beside
+it) of the same folder timed on its own, per model preset, medians of --runs writes.
 
     python -m benchmarks.bench_checkpoint [--presets small base] [--runs 5] [--out benchmarks/results/checkpoint.json]
 

@@ -1,4 +1,4 @@
-"""Side-by-side generation benchmark: XLNet-Lite generate() vs transformers' XLNet generate() vs GPT-2 with its KV cache.
+"""Side-by-side generation: XLNet-Lite generate() vs transformers' XLNet generate() vs GPT-2 with its KV cache.
 
     python -m benchmarks.bench_generate [--new-tokens 200] [--prompt 64] [--batches 1 8] [--runs 3] [--threads 1]
                                         [--out benchmarks/results/generate.json]

@@ -10,8 +10,8 @@ built the same way (same weights, batch and memory) and moved to the GPU: transf
 bf16); XLNet-Lite's explicit kernel and SDPA under the same autocast; SDPA with the segment term added to the
 positional bias instead of one-hot dims on q and k (lite_sdpa_segbias_bf16: head size D rather than D + 8);
 flex_attention (lite_flex_bf16: the positional term a dense (B, N, T, K) operand, as SDPA's bias; the segment term
-and the masks read inside the kernel; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0 as well);
-the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the content stream's positional term
+and the masks read inside the kernel; dropout 0, as it takes none on the probabilities, beside SDPA rows with dropout 0
+as well); the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the content stream's positional term
 computed inside from the positional keys, the dropout on the probabilities drawn inside; at dropout 0 beside SDPA's:
 lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the graph: lite_triton_compiled_bf16,
 lite_triton_compiled_nodrop_bf16); SDPA at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16; a

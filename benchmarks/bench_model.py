@@ -21,11 +21,12 @@ every run), these variants:
     lite_eager_compiled_bf16  XLNet-Lite, eager attention, compiled, under the same autocast
 
 Configs: "reference" (the reference shapes), "small" (the pretraining recipe's shapes with XLNet's 1/6 predicted: the
-small preset, B 16, T 128, P 22, a full 96-token memory; the recipe's default predicts a third, P 43), "large". --precisions auto (the default) runs the bf16 rows only on a CPU
-with bf16 matmul units (AVX512-BF16 or AMX): elsewhere bf16 is emulated (measured on an AVX2 AMD EPYC: matmuls
-100-250x slower than fp32, a small-preset training step 19 s against 0.7 s), so the rows would take most of an hour;
-the skip and its reason go into the JSON. The compiled rows' first steps (compilation, about a minute on 2 cores)
-are reported apart (first_train_step_s, first_eval_forward_s, first_classify_s).
+small preset, B 16, T 128, P 22, a full 96-token memory; the recipe's default predicts a third, P 43), "large".
+--precisions auto (the default) runs the bf16 rows only on a CPU with bf16 matmul units (AVX512-BF16 or AMX): elsewhere
+bf16 is emulated (measured on an AVX2 AMD EPYC: matmuls 100-250x slower than fp32, a small-preset training step 19 s
+against 0.7 s), so the rows would take most of an hour; the skip and its reason go into the JSON. The compiled rows'
+first steps (compilation, about a minute on 2 cores) are reported apart (first_train_step_s, first_eval_forward_s,
+first_classify_s).
 
 on (1) a training step: zero_grad + forward with labels + backward + AdamW step (fused, as the recipes use it;
 train mode),
@@ -46,8 +47,8 @@ Model FLOP utilisation: torch.utils.flop_counter.FlopCounterMode counts the matm
 of one training step (forward + backward) and of one inference forward of each variant; achieved FLOP/s =
 counted FLOPs / median step time; MFU = achieved / the machine's matmul peak, measured at the start and the end of
 each config (median of 2048^3 matmuls, fp32 for the fp32 rows, bf16 for the bf16 rows): a shared machine's speed
-drifts (here 87 -> 128 GFLOP/s fp32 within one run), so an MFU is only as good as its peak. Each variant is charged its own
-FLOPs: XLNet-Lite does less work (query stream on P rows), so "hf-equivalent MFU" (the baseline's FLOPs /
+drifts (here 87 -> 128 GFLOP/s fp32 within one run), so an MFU is only as good as its peak. Each variant is charged its
+own FLOPs: XLNet-Lite does less work (query stream on P rows), so "hf-equivalent MFU" (the baseline's FLOPs /
 this variant's time) is reported too. The "ceiling" is the MFU the step would reach if everything but its matmuls
 took no time: its recorded mm/bmm/addmm calls replayed alone on fresh tensors of the same shapes and dtypes.
 
@@ -674,7 +675,8 @@ def print_table(name, cfg, rows, collator):
         f"{cfg['n_layer']} layers, {cfg['n_head']} heads, mem {cfg['mem_len'] or 0}; medians; x = ratio vs hf_fp32"
     )
     head = (
-        f"{'variant':<24} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} {'classify tok/s':>14} {'x':>6} "
+        f"{'variant':<24} {'train tok/s':>11} {'x':>6} {'PLM infer tok/s':>15} {'x':>6} "
+        f"{'classify tok/s':>14} {'x':>6} "
         f"{'peak MB':>8} {'x':>6} {'GFLOP/step':>10} {'MFU':>6} {'MFU(hf-eq)':>10} {'ceiling':>7}"
     )
     print(head)
@@ -715,8 +717,8 @@ def print_table(name, cfg, rows, collator):
         print(f"collator: {collator.get('skipped')}")
     print(
         "MFU = counted matmul FLOPs of the variant / median time / measured matmul peak (bf16 peak for bf16 rows); "
-        "MFU(hf-eq) charges every variant transformers' FLOP count; ceiling = the MFU if only the step's matmuls took time "
-        "(they replayed alone at the same shapes)",
+        "MFU(hf-eq) charges every variant transformers' FLOP count; "
+        "ceiling = the MFU if only the step's matmuls took time (they replayed alone at the same shapes)",
         flush=True,
     )
 
@@ -758,7 +760,8 @@ def profile_steps(args):
         print(f"{'op':<48} {'ms/step':>8} {'share':>6} {'calls/step':>10}")
         for r in rows:
             print(
-                f"{r['op'][:48]:<48} {r['self_cpu_ms_per_step']:8.1f} {100 * r['share']:5.1f}% {r['calls_per_step']:10.0f}"
+                f"{r['op'][:48]:<48} {r['self_cpu_ms_per_step']:8.1f} {100 * r['share']:5.1f}% "
+                f"{r['calls_per_step']:10.0f}"
             )
     return report
 
@@ -801,8 +804,9 @@ def variant_names(args):
         why = (
             "--precisions fp32"
             if args.precisions == "fp32"
-            else f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AVX512-BF16/AMX: bf16 matmuls are emulated "
-            "(see the bf16 matmul peak below); pass --precisions fp32,bf16 to time them anyway"
+            else f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no AVX512-BF16/AMX: "
+            "bf16 matmuls are emulated (see the bf16 matmul peak below); "
+            "pass --precisions fp32,bf16 to time them anyway"
         )
         skipped["bf16"] = f"bf16 rows: {why}"
     if args.no_compile:
@@ -858,7 +862,8 @@ def main():
             for n, m in mem.items():
                 if "peak_delta" in m:
                     print(
-                        f"{name} {n:<16} peak {m['peak_delta'] / 2**20:7.0f} MB  x{m['peak_delta'] / base:5.2f} vs hf_fp32"
+                        f"{name} {n:<16} peak {m['peak_delta'] / 2**20:7.0f} MB  "
+                        f"x{m['peak_delta'] / base:5.2f} vs hf_fp32"
                     )
                 else:
                     print(f"{name} {n}: {m.get('error')}")

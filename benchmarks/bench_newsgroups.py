@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.baselines.tfidf import MODEL as TFIDF_MODEL
-from benchmarks.baselines.tfidf import tfidf_baseline
 from benchmarks.environment import environment
+from main_job.tfidf import MODEL as TFIDF_MODEL
+from main_job.tfidf import tfidf_baseline
 from xlnet_lite.classification_data import EMBEDDED_TASKS, first_per_class, load_splits
 from xlnet_lite.training import write_json
 

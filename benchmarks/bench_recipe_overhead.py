@@ -7,14 +7,14 @@
 without AVX512-BF16/AMX emulates bf16: there it measures nothing useful).
 
 Pretraining: `pretrain/run_pretraining.py` with its defaults (small preset, the default corpus, fp32, B 16,
-T 128, P 43 (22 before the recipe predicted a third), a 96-token memory) runs --pretrain-steps optimizer steps (warmup 10 steps, checkpoints off, one evaluation at the end);
-its throughput is the median of its metrics.jsonl tokens_per_second records (one every 10 steps, the first dropped:
-it holds the warm-up). The bare step is what the recipe's loop cannot do without: zero_grad, forward with labels
-and the memory, backward, gradient clipping at 1.0 and AdamW (`training.make_adamw`) on the same model config (the
-recipe's saved config.json), on a synthetic batch of the recipe's shapes with a full memory, timed in this process
-(--runs steps after 3 warm-up steps) before and after the recipe runs; the ratio uses the mean of the two medians.
-Everything is repeated --repeats times (the machine's speed drifts by up to a quarter within minutes) and the
-median ratio reported.
+T 128, P 43 (22 before the recipe predicted a third), a 96-token memory) runs --pretrain-steps optimizer steps (warmup
+10 steps, checkpoints off, one evaluation at the end); its throughput is the median of its metrics.jsonl
+tokens_per_second records (one every 10 steps, the first dropped: it holds the warm-up). The bare step is what the
+recipe's loop cannot do without: zero_grad, forward with labels and the memory, backward, gradient clipping at 1.0 and
+AdamW (`training.make_adamw`) on the same model config (the recipe's saved config.json), on a synthetic batch of the
+recipe's shapes with a full memory, timed in this process (--runs steps after 3 warm-up steps) before and after the
+recipe runs; the ratio uses the mean of the two medians. Everything is repeated --repeats times (the machine's speed
+drifts by up to a quarter within minutes) and the median ratio reported.
 
 Finetuning: `finetune/run_glue.py` on the embedded news-topic task from that pretrained model (max_seq_length 128,
 B 16, dropout 0.1, --finetune-steps steps), tokens = padded tokens of its batches, against the bare step of

@@ -13,9 +13,9 @@ arm finetuned on a GPU too; TF-IDF does not depend on the device. FLOPs are the 
 estimate, 6 x parameters x tokens. Beside the table: the tokens at which the gain over random init reaches 0, +5
 and +10 points and the pretrained model reaches TF-IDF, per line: at or below the smallest budget, interpolated
 between two budgets, or extrapolated at the last two budgets' gain per doubling, unless those two budgets are level
-within their finetuning seeds' spread (`milestones`). The result files make the main line and should share one pretraining objective
-and schedule (`--name` names it; default "defaults"). Another pretraining recipe goes beside it as its own line with
-`--series NAME FILE [FILE ...]` (repeatable); every point carries its line's name as `"series"`.
+within their finetuning seeds' spread (`milestones`). The result files make the main line and should share one
+pretraining objective and schedule (`--name` names it; default "defaults"). Another pretraining recipe goes beside it as
+its own line with `--series NAME FILE [FILE ...]` (repeatable); every point carries its line's name as `"series"`.
 """
 
 import argparse
@@ -25,13 +25,15 @@ import shlex
 import sys
 from pathlib import Path
 
+from main_job.compare import precision_name
+
 
 def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=False):
     """One point per (file, labels) pretrained arm, joined with its random-init and TF-IDF references (of the same
     labels and flags, and for random init the same model size and tokenizer: a `medium` pretrained arm is never held
-    against a `small` random one; where several files have one, the last given, references last). With prefer_own a file's own
-    random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing gets None
-    for it and for the gains instead of an error."""
+    against a `small` random one; where several files have one, the last given, references last). With prefer_own a
+    file's own random-init and TF-IDF arms come first. Without require_random_init a point whose reference is missing
+    gets None for it and for the gains instead of an error."""
     files = [(str(p), json.loads(Path(p).read_text())) for p in paths]
     random_arms, tfidf_rows = {}, {}  # random_key -> random-init arm; (labels, flags) -> row
 
@@ -103,11 +105,6 @@ def load_points(paths, reference_paths=(), require_random_init=True, prefer_own=
                 }
             )
     return sorted(points, key=lambda q: (_labels_key(q["labels_per_class"]), q["pretraining_tokens"]))
-
-
-def precision_name(mixed_precision):
-    """How a run's --mixed_precision reads in a table: "no" is fp32."""
-    return "fp32" if mixed_precision == "no" else mixed_precision
 
 
 def _labels_key(labels):
@@ -327,7 +324,8 @@ def main(argv=None):
     for q in points:
         tfidf = "" if q["tfidf"] is None else f"{q['tfidf']:.3f} | {100 * q['gain_over_tfidf']:+.1f}"
         print(
-            f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | {q['pretraining_tokens'] / 1e6:.1f}M | "
+            f"| {recipe(q)}{q['labels_per_class']} | {q['pretraining_steps']:,} | "
+            f"{q['pretraining_tokens'] / 1e6:.1f}M | "
             f"{q['pretraining_flops']:.1e} | {q['pretraining_minutes']} ({precision_name(q['pretraining_precision'])}"
             f"{', ' + str(q['machine']) if q['device'] == 'gpu' else ''}) | "
             f"{q['eval_loss_minus_unigram']:+.2f} | {q['pretrained']:.3f} ± {q['pretrained_std']:.3f} | "
@@ -336,7 +334,8 @@ def main(argv=None):
         )
     reached = milestones(points)
     print(
-        "\n| recipe | labels/group (finetuning) | reaches | at tokens | FLOPs | how | points per doubling (last two) |\n"
+        "\n| recipe | labels/group (finetuning) | reaches | at tokens | FLOPs | how "
+        "| points per doubling (last two) |\n"
         "|---|---|---|---|---|---|---|"
     )
     for m in reached:

@@ -54,6 +54,6 @@ FINETUNE=(finetune/run_glue.py --embedded_task newsgroups --max_train_samples_pe
 "${LAUNCH[@]}" pretrain/run_pretraining.py --embedded_corpus newsgroups $PRETRAINING_BUDGET $OVERWRITE
 "${LAUNCH[@]}" "${FINETUNE[@]}" --model_name_or_path outputs/pretrain --output_dir outputs/newsgroups/pretrained
 "${LAUNCH[@]}" "${FINETUNE[@]}" --config_name outputs/pretrain --output_dir outputs/newsgroups/random_init
-python -m benchmarks.baselines.tfidf --embedded_task newsgroups --max_train_samples_per_class "$LABELS_PER_CLASS" \
+python -m main_job.tfidf --embedded_task newsgroups --max_train_samples_per_class "$LABELS_PER_CLASS" \
   --out outputs/newsgroups/tfidf.json > /dev/null
-python -m benchmarks.compare_init outputs/newsgroups --pretraining outputs/pretrain --out outputs/comparison.json
+python -m main_job.compare outputs/newsgroups --pretraining outputs/pretrain --out outputs/comparison.json

@@ -1,4 +1,4 @@
-"""benchmarks.compare_runs: two main-job outputs folders are the same run when everything but timings and the
+"""main_job.compare_runs: two main-job outputs folders are the same run when everything but timings and the
 pretraining budget is identical, and any other difference, in any model folder or JSON file, is named."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 import pytest
 from recipe_helpers import REPO
 
-from benchmarks import compare_runs
+from main_job import compare_runs
 
 
 def write_outputs(root, *, seconds=1.0, minutes=10.0):
@@ -86,7 +86,7 @@ def test_a_file_of_one_run_only_is_named(tmp_path, capsys):
 
 def compare(*args):
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.compare_runs", *map(str, args)], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "main_job.compare_runs", *map(str, args)], cwd=REPO, capture_output=True, text=True
     )
 
 
@@ -108,7 +108,7 @@ def test_bad_arguments_and_broken_json_stop_with_one_line(tmp_path):
     a, b = write_outputs(tmp_path / "a"), write_outputs(tmp_path / "b")
     done = compare(a)
     assert done.returncode == 2 and done.stderr.splitlines() == [
-        "usage: python -m benchmarks.compare_runs OUTPUTS_A OUTPUTS_B"
+        "usage: python -m main_job.compare_runs OUTPUTS_A OUTPUTS_B"
     ]
     (b / "comparison.json").write_text('{"pretrained": ')
     done = compare(a, b)

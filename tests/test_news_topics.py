@@ -7,7 +7,7 @@ import random
 import pytest
 from recipe_helpers import run
 
-from benchmarks.baselines.tfidf import tfidf_baseline
+from main_job.tfidf import tfidf_baseline
 from xlnet_lite.classification_data import load_splits
 from xlnet_lite.embedded_datasets import (
     NEWS_TOPICS,
@@ -169,7 +169,7 @@ def test_the_tfidf_baseline_warm_started_along_the_grid_equals_a_fit_per_c():
     accuracy for every C, so the same chosen C and test accuracy."""
     from sklearn.linear_model import LogisticRegression
 
-    from benchmarks.baselines.tfidf import C_GRID, SOLVER, _texts, vectorizer
+    from main_job.tfidf import C_GRID, SOLVER, _texts, vectorizer
     from xlnet_lite.classification_data import first_per_class
     from xlnet_lite.glue_metrics import accuracy
 
@@ -196,7 +196,7 @@ def test_a_cached_tfidf_row_from_another_solver_is_fitted_again(tmp_path):
     import json
 
     from benchmarks import bench_newsgroups
-    from benchmarks.baselines.tfidf import MODEL
+    from main_job.tfidf import MODEL
 
     args = argparse.Namespace(runs_dir=str(tmp_path / "runs"), embedded_task="news_topic")
     cache = tmp_path / "tfidf" / "news_topic_20.json"

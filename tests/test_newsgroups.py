@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from recipe_helpers import run_recording_python3
 
-from benchmarks import compare_init
+from main_job import compare
 from xlnet_lite import embedded_datasets
 from xlnet_lite.classification_data import Split, first_per_class, load_splits
 
@@ -105,7 +105,7 @@ def test_the_real_files():
 def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     missing = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compare_init", str(tmp_path)], capture_output=True, text=True, cwd=repo
+        [sys.executable, "-m", "main_job.compare", str(tmp_path)], capture_output=True, text=True, cwd=repo
     )
     assert missing.returncode != 0 and "run scripts/main_job.sh first" in missing.stderr
     assert "Traceback" not in missing.stderr
@@ -173,12 +173,12 @@ def test_the_comparison_table(tmp_path, capsys):
     )
     (tmp_path / "pretrain" / "run_args.json").write_text(json.dumps({"lr_scheduler_type": "constant_with_warmup"}))
     out = tmp_path / "comparison.json"
-    compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
+    compare.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
     printed = capsys.readouterr().out
     assert "a 10-minute budget, 2,100 steps, 4.3M tokens in 10.0 min (bf16)" in printed
     assert "bash scripts/main_job.sh --pretraining_steps 2100 --overwrite_output_dir" in printed  # by steps
     (tmp_path / "pretrain" / "run_args.json").write_text(json.dumps({"lr_scheduler_type": "linear"}))
-    compare_init.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain")])
+    compare.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain")])
     assert "--pretraining_steps" not in capsys.readouterr().out  # a timed linear decay is no step-bounded run
     table = json.loads(out.read_text())
     assert {k: table[k]["test_accuracy"] for k in ("pretrained", "random_init", "tfidf", "majority_class")} == {

@@ -1,5 +1,5 @@
 """The package is the plugin: importing it, or any of its modules, needs nothing of the `recipes` extra
-(matplotlib, scikit-learn, scipy); the recipes and benchmarks import those where they use them."""
+(matplotlib, scikit-learn, scipy); the recipes, the benchmarks and the main job import those where they use them."""
 
 import os
 import subprocess
@@ -45,3 +45,14 @@ def test_every_module_imports_where_the_extra_is_not_installed():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in EXTRAS and sys.modules[m] is not None))\n"
     )
     assert python(code) == "[]"
+
+
+def test_the_wheel_holds_the_plugin_alone():
+    """main_job/ and benchmarks/ are scripts of this repository, run from its root: pyproject's package find picks
+    xlnet_lite and its subpackages only, so `pip install xlnet-lite` brings no TF-IDF baseline and no scikit-learn."""
+    import tomllib
+    from setuptools import find_packages
+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = find_packages(REPO, include=find["include"], exclude=find.get("exclude", ()))
+    assert "xlnet_lite" in packages and {name.split(".")[0] for name in packages} == {"xlnet_lite"}

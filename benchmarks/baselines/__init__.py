@@ -1,1 +1,1 @@
-"""The baselines XLNet-Lite is measured against: a BERT masked LM (`bert_mlm`) and TF-IDF + logistic regression (`tfidf`)."""
+"""The pretrained baseline XLNet-Lite is measured against: a BERT masked LM of the same size (`bert_mlm`)."""

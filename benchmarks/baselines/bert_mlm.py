@@ -192,9 +192,9 @@ def pretrain_mlm(
 
     Blocks (`mlm_blocks`) are visited in a seeded random order, epoch after epoch; masking is transformers'
     DataCollatorForLanguageModeling (seeded by `seed`); the clock is that of
-    `run_pretraining.py --max_train_minutes` (`training.TimeBudget`), with its linear schedule (warmup `warmup_steps`); the LM bias
-    starts at the unigram log-probabilities of the maskable training tokens. `eval_texts`: MLM loss of their blocks
-    at the end, under fixed masks (seed + 1), with the unigram baseline on the same targets."""
+    `run_pretraining.py --max_train_minutes` (`training.TimeBudget`), with its linear schedule (warmup `warmup_steps`);
+    the LM bias starts at the unigram log-probabilities of the maskable training tokens. `eval_texts`: MLM loss of their
+    blocks at the end, under fixed masks (seed + 1), with the unigram baseline on the same targets."""
     from accelerate.utils import set_seed
     from transformers import BertForMaskedLM
 

@@ -1,7 +1,7 @@
 """The baseline a finetuned classifier has to beat: TF-IDF + logistic regression, on any of the finetuning
 recipe's embedded tasks (or your own train / validation / test files).
 
-    python -m benchmarks.baselines.tfidf [--embedded_task newsgroups|news_topic|rotten_tomatoes]
+    python -m main_job.tfidf [--embedded_task newsgroups|news_topic|rotten_tomatoes]
         [--max_train_samples_per_class N] [--out results.json]
 
 Word 1-2 grams (sublinear tf), L2 logistic regression solved to convergence (Newton-CG, tolerance 1e-6, each C
@@ -76,7 +76,7 @@ def tfidf_baseline(splits) -> dict:
 def main(argv=None):
     from xlnet_lite.classification_data import EMBEDDED_TASKS, first_per_class, load_splits
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines.tfidf", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m main_job.tfidf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedded_task", choices=EMBEDDED_TASKS, default="newsgroups")
     parser.add_argument(
         "--train_file", help="CSV / TSV / JSON lines (instead of --embedded_task), as finetune/run_glue.py"

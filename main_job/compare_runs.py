@@ -1,7 +1,7 @@
 """Compare the outputs of two runs of the main job (e.g. this checkout and a fresh clone, or a timed run and
 `--pretraining_steps N` with the steps it reached):
 
-    python -m benchmarks.compare_runs outputs /tmp/run2/outputs
+    python -m main_job.compare_runs outputs /tmp/run2/outputs
 
 For every model folder under either outputs folder (pretrain/, newsgroups/pretrained/, newsgroups/random_init/ for
 the main job; any folder holding a model.safetensors) prints whether its metrics (every record but timings), results
@@ -102,6 +102,6 @@ def main(a, b) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        print("usage: python -m benchmarks.compare_runs OUTPUTS_A OUTPUTS_B", file=sys.stderr)
+        print("usage: python -m main_job.compare_runs OUTPUTS_A OUTPUTS_B", file=sys.stderr)
         sys.exit(2)
     sys.exit(main(*sys.argv[1:3]))

@@ -1,10 +1,10 @@
 """What pretraining bought on a downstream task: the test accuracy of the classifier finetuned from the pretrained
 model, of the same architecture finetuned from random initialisation, and of TF-IDF + logistic regression.
 
-    python -m benchmarks.compare_init outputs/newsgroups [--pretraining outputs/pretrain] [--out outputs/comparison.json]
+    python -m main_job.compare outputs/newsgroups [--pretraining outputs/pretrain] [--out outputs/comparison.json]
 
 Reads FOLDER/pretrained/ and FOLDER/random_init/ (finetune/run_glue.py output folders: all_results.json and
-run_args.json) and FOLDER/tfidf.json (benchmarks.baselines.tfidf), and the pretraining run's results.json if given;
+run_args.json) and FOLDER/tfidf.json (main_job.tfidf), and the pretraining run's results.json if given;
 prints a table and writes it as JSON: {"pretrained": {"test_accuracy": ...}, "random_init": {...}, "tfidf": {...},
 "majority_class": {...}, "pretraining_gain_points": ..., ...}.
 """
@@ -13,8 +13,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-from benchmarks.compute_curve import precision_name
 
 ROWS = (
     ("pretrained", "XLNet-Lite, pretrained here"),
@@ -35,9 +33,14 @@ PRETRAINING_KEYS = (
 )
 
 
+def precision_name(mixed_precision):
+    """How a run's --mixed_precision reads in a table: "no" is fp32."""
+    return "fp32" if mixed_precision == "no" else mixed_precision
+
+
 def read_json(path: Path) -> dict:
     if not path.is_file():
-        sys.exit(f"compare_init: error: no {path} (run scripts/main_job.sh first)")
+        sys.exit(f"compare: error: no {path} (run scripts/main_job.sh first)")
     return json.loads(path.read_text())
 
 
@@ -85,7 +88,7 @@ def compare(folder: Path, pretraining: Path | None = None) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_init", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m main_job.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--pretraining", type=Path, help="The pretraining output folder (its results.json).")
     parser.add_argument("--out", type=Path)
