@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from soak_kills import command, make_corpus, outcome
+from benchmarks.soak_kills import command, make_corpus, outcome
 
 VARIANTS = {  # name: (threads, extra flags)
     "same command again": (2, []),
