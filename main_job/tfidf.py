@@ -18,10 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 C_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-# With a few hundred messages and ~10^5 n-gram features, scikit-learn's default (lbfgs, tol 1e-4) stops while the
-# weights are still moving (up to 0.2 at C = 64 on 20 Newsgroups, 50 per group), enough to change the chosen C and
-# the test accuracy by 0.4 points, and spends most of its time inside L-BFGS-B on millions of weights. Newton-CG at
-# tol 1e-6 reaches the optimum (lbfgs at tol 1e-6 lands within 2e-3 of it) in 4-6 iterations per C.
+# scikit-learn's default (lbfgs, tol 1e-4) stops short of the optimum on ~10^5 n-gram features, enough to change the
+# chosen C; Newton-CG at tol 1e-6 reaches it in a few iterations per C (benchmarks/RESULTS.md, TF-IDF converged).
 SOLVER = dict(solver="newton-cg", tol=1e-6, max_iter=1000)
 TOL = f"{SOLVER['tol']:.0e}".replace("e-0", "e-")  # 1e-6
 MODEL = f"tfidf(1-2 grams, sublinear tf) + logistic regression ({SOLVER['solver']}, tol {TOL})"  # names cached rows
