@@ -19,7 +19,7 @@ from pathlib import Path
 
 C_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 # scikit-learn's default (lbfgs, tol 1e-4) stops short of the optimum on ~10^5 n-gram features, enough to change the
-# chosen C; Newton-CG at tol 1e-6 reaches it in a few iterations per C (benchmarks/RESULTS.md, TF-IDF converged).
+# chosen C; Newton-CG at tol 1e-6 reaches it in a few iterations per C (benchmarks/RESULTS.md).
 SOLVER = dict(solver="newton-cg", tol=1e-6, max_iter=1000)
 TOL = f"{SOLVER['tol']:.0e}".replace("e-0", "e-")  # 1e-6
 MODEL = f"tfidf(1-2 grams, sublinear tf) + logistic regression ({SOLVER['solver']}, tol {TOL})"  # names cached rows
