@@ -5,8 +5,7 @@
 # against fp32, the memory, generate(); at the bf16 default of 4 warps a tile), then one layer's attention alone at
 # each tile size and warp count and through each fused SDPA backend (bench_triton_attention, dropout 0), then `base`
 # at XLNet's pretraining shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels,
-# eager; then the same compiled (the best compiled row measured: SDPA at dropout 0, 20.0% MFU); a profile last, if
-# PROFILE_S is set. Logs and JSON go to $OUT (default gpu_out/, 8 files at most); each part has its own time limit
+# eager; then the same compiled; a profile last, if PROFILE_S is set. Logs and JSON go to $OUT (default gpu_out/, 8 files at most); each part has its own time limit
 # (seconds: TESTS_S, KERNEL_S, BENCH_S, COMPILED_S, PROFILE_S; the defaults sum to 560).
 #
 #   bash benchmarks/run_triton_on_gpu.sh
