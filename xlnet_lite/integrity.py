@@ -1,9 +1,9 @@
 """What keeps a run's folder trustworthy: checkpoints that prove they are whole, one run per output folder, and a
 failed write that costs nothing.
 
-- A checkpoint's `manifest.json`, written last, records the size and xxh3-128 hash of every file in it; `verify_checkpoint`
-  names the first file that is missing, shorter, longer or changed. A checkpoint from before manifests is checked by
-  loading each of its files.
+- A checkpoint's `manifest.json`, written last, records the size and xxh3-128 hash of every file in it;
+  `verify_checkpoint` names the first file that is missing, shorter, longer or changed. A checkpoint from before
+  manifests is checked by loading each of its files.
 - `OutputLock`: `output_dir/.lock`, an advisory `flock` held for the whole run, with the holder's host, PID and start
   time in it. The kernel drops the lock when its process dies, however it dies, so a lock left by a killed run is
   free and is taken over (with a warning naming the run that left it).
@@ -34,9 +34,9 @@ class SaveError(RuntimeError):
     """A checkpoint or output could not be written; what was saved before is intact. Recipes print it as one line."""
 
 
-# xxh3_128 hashes ~13 GB/s on one core here, sha256 ~1.7 GB/s: a manifest of a 1.1 GB checkpoint costs ~5% of its
-# write with xxh3 and ~70% with sha256 (benchmarks/RESULTS.md). Both detect truncation and flipped bits; xxh3 is not
-# made to resist a forger, which is not what a manifest guards against.
+# xxh3_128 by default: several times faster than sha256, so a manifest costs little of a checkpoint's write
+# (benchmarks/RESULTS.md). Both detect truncation and flipped bits; xxh3 is not made to resist a forger, which is not
+# what a manifest guards against.
 HASHES = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 ALGORITHM = "xxh3_128"
 

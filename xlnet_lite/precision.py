@@ -1,8 +1,7 @@
 """`--mixed_precision auto`: bf16 where the hardware runs it fast, fp32 elsewhere; an explicit choice wins.
 
-On CPUs bf16 is fast only with AMX or AVX512-BF16 units: measured on 2 cores, the default pretraining runs 1.95x
-faster in bf16 on an Intel Xeon with AMX and 2.0x on an AMD EPYC (Zen 4) with AVX512-BF16, while an AVX2-only EPYC
-emulates bf16 many times slower than fp32. On CUDA, bf16 where the GPU supports it.
+On CPUs bf16 is fast only with AMX or AVX512-BF16 units (about twice fp32's speed); a CPU without them emulates bf16
+many times slower than fp32 (benchmarks/RESULTS.md). On CUDA, bf16 where the GPU supports it.
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from .atomic_io import replace_folder
 from .data import TextFileDocuments, TokenArrays, encode_documents
+from .faults import crash_point
 from .tokenization_xlnet_lite import load_tokenizer
-from .training import crash_point, replace_folder
 
 FORMAT = 1  # bump when the stream layout or the files change: stores of another format are rebuilt
 STORE_FILE = "store.json"

@@ -1,0 +1,247 @@
+"""Checkpoints and the final model: written whole or not at all on every process, checked before a resume."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..atomic_io import publish_folder, replace_folder
+from ..errors import RecipeError
+from ..faults import crash_point
+from ..integrity import MANIFEST, SaveError, folder_size, save_error, verify_checkpoint, write_manifest
+from .arguments import RecipeArguments
+
+
+def agree_on_failure(accelerator, failure: SaveError | None, others: str, *, cleanup: Callable | None = None):
+    """Every process learns whether a write failed on any of them. If one did, the main process runs `cleanup`
+    (removing the partial files) and all raise SaveError (the failing one with its own message, the others with
+    `others`); otherwise all go on, each having finished its writes."""
+    failed = failure is not None
+    if accelerator.num_processes > 1:  # the all-reduce is also the barrier: every process has finished its writes
+        failed = bool(accelerator.reduce(torch.tensor([float(failed)], device=accelerator.device), "sum").item() > 0)
+    if not failed:
+        return
+    if cleanup is not None and accelerator.is_main_process:
+        cleanup()
+    raise failure or SaveError(others)
+
+
+def save_final_model(accelerator, model, tokenizer, output_dir, *, config_updates=None):
+    """save_pretrained of the unwrapped model and the tokenizer into output_dir, file by file atomically.
+    `config_updates` are set on the saved config only (training-only fields back to their inference values)."""
+    accelerator.wait_for_everyone()
+    failure = None
+    if accelerator.is_main_process:
+        model = accelerator.unwrap_model(model)
+        config_updates = config_updates or {}
+        before = {k: getattr(model.config, k) for k in config_updates}
+        tmp = Path(output_dir, ".final.tmp")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                for key, value in config_updates.items():
+                    setattr(model.config, key, value)
+                model.save_pretrained(tmp, safe_serialization=True)
+            finally:
+                for key, value in before.items():
+                    setattr(model.config, key, value)
+            tokenizer.save_pretrained(tmp)
+            crash_point("final_model_written")
+        except Exception as error:  # noqa: BLE001 (a full disk: OSError, RuntimeError, SafetensorError); nothing reached output_dir
+            needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+            shutil.rmtree(tmp, ignore_errors=True)
+            failure = save_error(output_dir, error, needed_bytes=needed, what="the final model")
+        else:
+            publish_folder(tmp, Path(output_dir))
+    agree_on_failure(
+        accelerator,
+        failure,
+        "the final model could not be saved (the error is on the main process)",
+        cleanup=lambda: shutil.rmtree(Path(output_dir, ".final.tmp"), ignore_errors=True),
+    )
+
+
+def read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def flag_differences(a: RecipeArguments, saved_flags: dict) -> list[str]:
+    keys = a.RESUME_MUST_MATCH
+    return [
+        f"--{k}: {saved_flags.get(k)!r} in the checkpoint, {getattr(a, k)!r} now"
+        for k in keys
+        if k in saved_flags and saved_flags[k] != getattr(a, k)
+    ]
+
+
+def check_resume(a: RecipeArguments, checkpoint: Path):
+    """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference."""
+    state = read_json(checkpoint / "trainer_state.json") or {}
+    saved = state.get("flags", {})
+    differences = flag_differences(a, saved)
+    if differences:
+        raise RecipeError(
+            f"cannot resume from {checkpoint}: "
+            + "; ".join(differences)
+            + " (pass --overwrite_output_dir to start a new run instead)"
+        )
+
+
+def check_resume_model(checkpoint: Path, model_fields: dict, *, num_processes: int):
+    """After the model is built (before tokenizing the data): its shape, vocabulary and task must be the
+    checkpoint's, and so must the number of processes (each rank's data position is saved)."""
+    state = read_json(checkpoint / "trainer_state.json") or {}
+    saved = state.get("model", {})
+    differences = [
+        f"{k}: {saved[k]!r} in the checkpoint, {v!r} now"
+        for k, v in model_fields.items()
+        if k in saved and saved[k] != v
+    ]
+    if state.get("num_processes", num_processes) != num_processes:
+        differences.append(f"processes: {state['num_processes']} in the checkpoint, {num_processes} now")
+    if differences:
+        raise RecipeError(f"cannot resume from {checkpoint}: " + "; ".join(differences))
+
+
+def model_fields(model) -> dict:
+    """What a checkpoint must agree on: the architecture, the vocabulary and the task."""
+    config = model.config
+    keys = (
+        "vocab_size",
+        "d_model",
+        "n_layer",
+        "n_head",
+        "d_inner",
+        "untie_r",
+        "attn_type",
+        "num_labels",
+        "problem_type",
+    )
+    fields = {k: getattr(config, k, None) for k in keys}
+    if getattr(config, "id2label", None) and type(model).__name__.endswith("Classification"):
+        fields["labels"] = [config.id2label[i] for i in sorted(config.id2label)]
+    return fields
+
+
+class Checkpoints:
+    """output_dir/checkpoints/step_N: accelerate's state (model, optimizer, scheduler, RNGs), the trainer state
+    (main process) and each rank's data state (JSON) and tensors (safetensors, e.g. the memory)."""
+
+    def __init__(self, accelerator, output_dir, save_total_limit):
+        self.accelerator, self.root, self.limit = accelerator, Path(output_dir, "checkpoints"), save_total_limit
+
+    def complete(self) -> list[Path]:
+        """Completed checkpoints, oldest first (a checkpoint is renamed into place only once complete)."""
+        if not self.root.is_dir():
+            return []
+        found = [
+            p for p in self.root.iterdir() if re.fullmatch(r"step_\d+", p.name) and (p / "trainer_state.json").is_file()
+        ]
+        return sorted(found, key=lambda p: int(p.name[5:]))
+
+    def resolve(self, resume_from_checkpoint) -> Path | None:
+        """The checkpoint to resume from: `latest` is the newest one that verifies (each damaged one skipped with a
+        line naming it, and left in place); a checkpoint named explicitly must verify."""
+        if not resume_from_checkpoint:
+            return None
+        if resume_from_checkpoint == "latest":
+            for path in reversed(self.complete()):
+                problem = self._verify(path)
+                if problem is None:
+                    return path
+                self.accelerator.print(f"warning: checkpoint {path} is damaged ({problem}); skipped (left in place)")
+            return None
+        path = Path(resume_from_checkpoint)
+        if not (path / "trainer_state.json").is_file():
+            raise RecipeError(f"--resume_from_checkpoint {path}: not a complete checkpoint (no trainer_state.json)")
+        if (problem := self._verify(path)) is not None:
+            raise RecipeError(f"--resume_from_checkpoint {path}: the checkpoint is damaged ({problem})")
+        return path
+
+    def _verify(self, path: Path) -> str | None:
+        problem, has_manifest = verify_checkpoint(path)
+        if problem is None and not has_manifest:
+            self.accelerator.print(
+                f"warning: checkpoint {path} has no {MANIFEST} (written by an older xlnet-lite); every file of it loads"
+            )
+        return problem
+
+    def save(self, step, *, trainer_state: dict, rank_state: dict, rank_tensors: dict | None = None) -> Path:
+        """Write checkpoint `step` under a temporary name, its manifest last, and rename it into place. A write that
+        fails on any process (a full disk) removes the partial checkpoint and raises SaveError on every process; the
+        checkpoints before it are untouched."""
+        acc = self.accelerator
+        final, tmp = self.root / f"step_{step}", self.root / f".step_{step}.tmp"
+        failure = None
+        if acc.is_main_process:
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            except Exception as error:  # noqa: BLE001 (a full disk surfaces as OSError, RuntimeError or SafetensorError)
+                failure = self._failure(tmp, error, step)
+        self._settle(tmp, step, failure)
+        try:
+            acc.save_state(str(tmp))
+            crash_point("checkpoint_state")
+            rank = acc.process_index
+            (tmp / f"rank{rank}_state.json").write_text(json.dumps(rank_state))
+            if rank_tensors:
+                save_file(
+                    {k: v.contiguous() for k, v in rank_tensors.items()}, str(tmp / f"rank{rank}_tensors.safetensors")
+                )
+        except Exception as error:  # noqa: BLE001
+            failure = self._failure(tmp, error, step)
+        self._settle(tmp, step, failure)
+        if acc.is_main_process:
+            try:
+                (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+                crash_point("checkpoint")
+                write_manifest(tmp)
+                crash_point("checkpoint_manifest")
+                replace_folder(tmp, final)
+            except Exception as error:  # noqa: BLE001 (a full disk surfaces as OSError, RuntimeError or SafetensorError)
+                failure = self._failure(tmp, error, step)
+            else:
+                for old in self.complete()[: -self.limit]:
+                    shutil.rmtree(old, ignore_errors=True)
+        self._settle(tmp, step, failure)
+        return final
+
+    def _failure(self, tmp: Path, error: Exception, step: int) -> SaveError:
+        """The SaveError of a failed write: the folder, and the space a checkpoint takes (the previous one's size, or
+        what this one had written when it failed)."""
+        previous = self.complete()
+        needed = max(folder_size(tmp), folder_size(previous[-1]) if previous else 0)
+        if self.accelerator.is_main_process:  # before measuring the free space (other ranks may still be writing)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return save_error(self.root, error, needed_bytes=needed, what=f"checkpoint step_{step}")
+
+    def _settle(self, tmp: Path, step: int, failure: SaveError | None):
+        agree_on_failure(
+            self.accelerator,
+            failure,
+            f"checkpoint step_{step} could not be written (the error is on another process)",
+            cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True),
+        )
+
+    def load(self, path: Path, *, device) -> tuple[dict, dict, dict]:
+        """(trainer_state, this rank's state, this rank's tensors) after accelerator.load_state."""
+        acc = self.accelerator
+        rank_file = path / f"rank{acc.process_index}_state.json"
+        if not rank_file.is_file():
+            raise RecipeError(
+                f"{path}: no state for process {acc.process_index}; resume with the same number of processes"
+            )
+        acc.load_state(str(path))
+        tensors_file = path / f"rank{acc.process_index}_tensors.safetensors"
+        tensors = load_file(str(tensors_file), device=str(device)) if tensors_file.is_file() else {}
+        return json.loads((path / "trainer_state.json").read_text()), json.loads(rank_file.read_text()), tensors

@@ -1,0 +1,23 @@
+"""`--push_to_hub`: the run's final outputs, without its checkpoints, uploaded to the Hugging Face Hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .arguments import RecipeArguments
+from .run import RUN_FILE
+
+
+def push_output_dir(a: RecipeArguments, *, commit_message):
+    """Upload output_dir (the model with its code, tokenizer, results, plots; not the checkpoints) to the Hub."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=a.hub_token)
+    repo_id = api.create_repo(a.hub_model_id or Path(a.output_dir).name, exist_ok=True).repo_id
+    api.upload_folder(
+        repo_id=repo_id,
+        folder_path=a.output_dir,
+        commit_message=commit_message,
+        ignore_patterns=["checkpoints/*", "checkpoints/**", ".*", RUN_FILE],
+    )
+    return repo_id

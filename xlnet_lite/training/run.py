@@ -1,0 +1,266 @@
+"""A recipe's run: the accelerator, the output folder (fresh, overwrite or resume) and its lock, signals, the exit."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..atomic_io import write_json
+from ..errors import RecipeError
+from ..integrity import OutputLock, SaveError
+from ..precision import cpu_bf16_units, launch_device_type, resolve_precision
+from .arguments import RecipeArguments, parse_args, run_flags
+from .checkpoints import Checkpoints, check_resume, flag_differences, model_fields, read_json
+from .loop import TrainLoop
+from .metrics import MetricsLog
+
+RUN_FILE = "run_args.json"  # written first: the flags of the run this folder holds
+
+
+def start_run(a: RecipeArguments, accelerator, checkpoints: Checkpoints, *, outputs: Iterable[str]) -> Path | None:
+    """Decide, before any expensive work, whether this run starts fresh or resumes, and never touch another
+    run's outputs unasked. Returns the checkpoint to resume from, or None. `outputs` are the names this recipe
+    writes into output_dir (removed by --overwrite_output_dir)."""
+    out = Path(a.output_dir)
+    ours = [RUN_FILE, "checkpoints", *outputs]
+    held = sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) if out.is_dir() else []
+    trained = [name for name in held if name not in (RUN_FILE, "tokenizer")]  # a run that never trained left only these
+    checkpoint = checkpoints.resolve(a.resume_from_checkpoint)
+    previous = read_json(out / RUN_FILE)
+    same_run = previous is not None and not flag_differences(a, previous)
+    if checkpoint is not None:
+        check_resume(a, checkpoint)
+    elif a.overwrite_output_dir or (held and not trained and not same_run):
+        if trained:
+            accelerator.print(f"--overwrite_output_dir: removing the previous run's outputs in {out}")
+        if accelerator.is_main_process:
+            for name in ours:
+                path = out / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    elif trained and not (a.resume_from_checkpoint == "latest" and same_run):
+        listed = ", ".join(trained[:6]) + (", ..." if len(trained) > 6 else "")
+        raise RecipeError(
+            f"--output_dir {out} already holds the outputs of another run ({listed}); pass --overwrite_output_dir "
+            f"to replace them, --resume_from_checkpoint latest to continue that run, or another --output_dir"
+        )
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / RUN_FILE, run_flags(a))
+    accelerator.wait_for_everyone()
+    return checkpoint
+
+
+def set_up_run(cls, argv, *, check, outputs, description=None):
+    """The start of every recipe: parse and `check` the flags, make the accelerator, decide fresh start or resume
+    (`start_run`) and seed everything. Returns (args, accelerator, checkpoints, checkpoint to resume or None)."""
+    from accelerate.utils import set_seed
+
+    a = parse_args(cls, argv, description=description)
+    check(a)
+    release_output_lock()  # of a run that ended before, in this process
+    _MULTI_PROCESS_RUN.clear()
+    accelerator = make_accelerator(a)
+    take_output_lock(a.output_dir, accelerator)
+    checkpoints = Checkpoints(accelerator, a.output_dir, a.save_total_limit)
+    resume = start_run(a, accelerator, checkpoints, outputs=outputs)
+    set_seed(a.seed)
+    return a, accelerator, checkpoints, resume
+
+
+_OUTPUT_LOCK: list[OutputLock] = []  # the lock this process holds on its run's output_dir
+
+
+def take_output_lock(output_dir, accelerator):
+    """The main process locks output_dir (one run per folder) before any work; a refusal (the lock is held by a
+    live run) reaches every process, and all stop with one line naming the holder."""
+    refusal, warning = None, None
+    if accelerator.is_main_process:
+        lock = OutputLock(output_dir)
+        try:
+            warning = lock.acquire()
+            _OUTPUT_LOCK[:] = [lock]
+        except RecipeError as error:
+            refusal = str(error)
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        refusal = broadcast_object_list([refusal])[0]
+    if refusal:
+        raise RecipeError(refusal)
+    if warning:
+        accelerator.print(f"warning: {warning}")
+
+
+def release_output_lock():
+    while _OUTPUT_LOCK:
+        _OUTPUT_LOCK.pop().release()
+
+
+atexit.register(release_output_lock)
+
+
+def end_run(accelerator):
+    """The end of a recipe's run: trackers finished, the process group destroyed, output_dir unlocked."""
+    accelerator.end_training()
+    release_output_lock()
+
+
+def start_tracking(accelerator, a: RecipeArguments, project_name):
+    if a.with_tracking:
+        flags = {k: v for k, v in dataclasses.asdict(a).items() if isinstance(v, (int, float, str, bool))}
+        accelerator.init_trackers(project_name, config=flags)
+
+
+class _DropSharedTensorNote(logging.Filter):
+    """accelerate's save_state notes that the tied LM head shares the embedding's tensor; load_state ties it again."""
+
+    def filter(self, record):
+        return "Removed shared tensor" not in record.getMessage()
+
+
+def make_accelerator(a: RecipeArguments):
+    from accelerate import Accelerator
+    from accelerate.utils import TorchDynamoPlugin
+
+    logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
+    device_type = launch_device_type()
+    precision, why = resolve_precision(a.mixed_precision, device_type)
+    kwargs = {"gradient_accumulation_steps": a.gradient_accumulation_steps, "mixed_precision": precision}
+    if a.with_tracking:
+        kwargs.update(log_with=a.report_to, project_dir=a.output_dir)
+    if a.torch_compile:
+        kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=False if a.STATIC_SHAPES else None)
+    accelerator = Accelerator(**kwargs)
+    accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
+    if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
+        accelerator.print(
+            f"warning: bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX) is "
+            "emulated and many times slower than fp32; pass --mixed_precision no (or launch without bf16)"
+        )
+    return accelerator
+
+
+class StopSignal:
+    """SIGTERM / SIGINT on any rank set accelerate's trigger; `requested()` (every rank, once per step) agrees
+    on it, so every rank saves the same checkpoint and exits. Restores the previous handlers on `close()`."""
+
+    def __init__(self, accelerator):
+        self.accelerator, self.signal = accelerator, None
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum, frame):
+        self.signal = signum
+        self.accelerator.set_trigger()
+
+    def requested(self) -> bool:
+        return self.accelerator.check_trigger()
+
+    def close(self):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def bad_input(name: str):
+    """Turn the library's ValueError about an input (an empty or non-UTF-8 file, a corpus too short for its batch)
+    into a RecipeError that names where the input came from (`name`: a flag and its value, or a split)."""
+    try:
+        yield
+    except RecipeError:
+        raise
+    except ValueError as error:  # UnicodeDecodeError included
+        raise RecipeError(f"{name}: {error}") from error
+
+
+# What `prepare` returned in a multi-process run (the DDP-wrapped model above all), kept until `exit_on_recipe_error`
+# ends the process.
+_MULTI_PROCESS_RUN: list = []
+
+
+def prepare(accelerator, *objects):
+    """`accelerator.prepare(*objects)`; in a multi-process run the prepared objects are also kept for the life of the
+    process (see `exit_on_recipe_error`)."""
+    prepared = accelerator.prepare(*objects)
+    if accelerator.num_processes > 1:
+        _MULTI_PROCESS_RUN.append(prepared)
+    return prepared
+
+
+def exit_on_recipe_error(main, argv, prog):
+    """Run `main(argv)` as a command: bad input ends in one line naming the flag, file or column (exit status 2); a
+    non-finite loss in one line naming the step, a failed save (a full disk) in one naming the folder (exit status 1).
+
+    A multi-process run ends with `os._exit` once its outputs are written and the process group is gone, without
+    freeing DDP's reducer: freeing it joins gloo's worker threads while holding the GIL, and a worker still
+    releasing the last collective's tensors waits for that GIL, so a rank could hang at exit, at random."""
+    import sys
+    import traceback
+
+    code, result = 0, None
+    try:
+        result = main(argv)
+    except (RecipeError, FileNotFoundError, FloatingPointError, SaveError) as error:
+        sys.stderr.write(f"{prog}: error: {error}\n")
+        code = 1 if isinstance(error, (FloatingPointError, SaveError)) else 2
+    except Exception:
+        if not _MULTI_PROCESS_RUN:
+            raise
+        traceback.print_exc()
+        code = 1
+    release_output_lock()
+    if _MULTI_PROCESS_RUN:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)
+    return result
+
+
+@dataclass
+class RecipeRun:
+    """What a recipe's stages share once the run is set up: flags, accelerator, the prepared model, tokenizer,
+    training loop, checkpoints and metrics log. A recipe subclasses it with its own data (stream, labels, ...)."""
+
+    a: RecipeArguments
+    accelerator: object
+    model: torch.nn.Module
+    tokenizer: object
+    loop: TrainLoop
+    checkpoints: Checkpoints
+    metrics: MetricsLog
+
+    def save_checkpoint(
+        self,
+        step: int,
+        *,
+        recipe_state: dict | None = None,
+        rank_state: dict | None = None,
+        rank_tensors: dict | None = None,
+    ) -> Path:
+        """A checkpoint with the trainer state every resume checks (flags, model, processes) and restores (loop,
+        metrics records), the recipe's own state, and each rank's state and tensors."""
+        acc = self.accelerator
+        trainer_state = {
+            "flags": run_flags(self.a),
+            "model": model_fields(acc.unwrap_model(self.model)),
+            "num_processes": acc.num_processes,
+            "loop": self.loop.state_dict(),
+            "metrics_records": self.metrics.count,
+        }
+        if recipe_state is not None:
+            trainer_state["recipe"] = recipe_state
+        return self.checkpoints.save(
+            step, trainer_state=trainer_state, rank_state=rank_state or {}, rank_tensors=rank_tensors
+        )
