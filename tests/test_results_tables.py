@@ -187,6 +187,13 @@ def missing_references(text, root):
     for module in re.findall(r"python -m ((?:benchmarks|main_job)(?:\.\w+)+)", text):
         if not (root / (module.replace(".", "/") + ".py")).is_file():
             missing.append(f"python -m {module}")
+    results = root / "benchmarks" / "results"
+    for row in (line for line in text.splitlines() if line.startswith("|")):  # a table names files in results/
+        for name in re.findall(r"`([\w{},.-]+\.(?:json|jsonl|png|log|txt|md))`", row):
+            names = expand_braces(name)
+            missing += [
+                file for file in names if not (results / file).exists() and not (results / "gpu" / file).exists()
+            ]
     for link in re.findall(r"\]\(((?!#|https?:)[^)#]+)\)", text):
         if not (root / "benchmarks" / link).exists():
             missing.append(link)
@@ -204,12 +211,15 @@ def test_the_results_document_names_only_what_exists():
     assert missing_references(text, REPO) == []
     made_up = (
         "## A claim\n`benchmarks/results/none_{a,b}.json`, `python -m benchmarks.no_such`, [x](results/gone.md), "
-        "[y](#a-claim), [z](#elsewhere), `git show research-log-2026-11:benchmarks/results/gone.json`"
+        "[y](#a-claim), [z](#elsewhere), `git show research-log-2026-11:benchmarks/results/gone.json`\n"
+        "| a row | `every_arm.json`, `h200_tests.log`, `gone_{x,y}.json` |"
     )
     assert missing_references(made_up, REPO) == [
         "benchmarks/results/none_a.json",
         "benchmarks/results/none_b.json",
         "python -m benchmarks.no_such",
+        "gone_x.json",
+        "gone_y.json",
         "results/gone.md",
         "#elsewhere",
     ]
