@@ -75,7 +75,7 @@ def test_a_corpus_too_short_for_its_batch_is_one_line(corpus, tmp_path, split, f
         (b"sentence,label\na fine film,pos\n\xff\xfe,neg\n", "line 3 is not valid UTF-8"),
         (b'sentence,label\n"an open quote,pos\nbad,neg\n', "not a readable csv file"),
         (b"sentence,verdict\na fine film,pos\nbad,neg\n", "no `label` column"),
-        (b"review,label\na fine film,pos\nbad,neg\n", "no text column"),
+        (b"label\npos\nneg\n", "no text column"),
     ],
 )
 def test_a_bad_finetuning_file_is_one_line(pretrained, tmp_path, content, says):

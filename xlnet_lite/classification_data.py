@@ -1,6 +1,7 @@
 """Sentence(-pair) classification and regression data for finetuning: GLUE, CSV / TSV / JSON-lines files or the
-embedded tasks (news topics, Rotten Tomatoes); label sets, XLNet's layout (`A <sep> B <sep> <cls>`, padded on the LEFT) and long
-documents: cut into segments for the Transformer-XL memory, into head and tail, or into windows each classified alone. Every error names the file (or split) and the column."""
+embedded tasks (20 Newsgroups, news topics, Rotten Tomatoes); their text columns, label sets, XLNet's layout
+(`A <sep> B <sep> <cls>`, padded on the LEFT) and long documents: cut into segments for the Transformer-XL memory, into
+head and tail, or into windows each classified alone. Every error names the file (or split) and the column."""
 
 from __future__ import annotations
 
@@ -69,6 +70,27 @@ def load_splits(
     read, title = readers[embedded_task]
     ds = read()
     return {name: Split(ds[name].select_columns(["sentence", "label"]), f"{title} ({name} split)") for name in ds}
+
+
+def read_task(
+    splits: dict[str, Split], *, text_column=None, text_pair_column=None, mode="truncate", max_per_class=None
+):
+    """(splits, columns, labels): each split's text columns (`text_columns`), checked with its labels and the long
+    document mode before any model is loaded, and the training split's label set (`read_labels`); with
+    `max_per_class` the training split keeps the first N examples of each class (`first_per_class`)."""
+    columns = {name: text_columns(split, text_column, text_pair_column) for name, split in splits.items()}
+    for name, split in splits.items():
+        check_split(split, columns[name], needs_label=name != "test")
+        check_long_document_mode(split, mode, columns[name])
+    labels = read_labels(splits["train"])
+    if max_per_class:
+        if labels.is_regression:
+            raise RecipeError(
+                f"--max_train_samples_per_class: column `label` of {splits['train'].source} "
+                "holds regression targets, not classes"
+            )
+        splits = {**splits, "train": first_per_class(splits["train"], max_per_class)}
+    return splits, columns, labels
 
 
 def first_per_class(split: Split, n: int) -> Split:
@@ -149,15 +171,28 @@ def _count_lines(path, *, limit):
     return count
 
 
-def text_columns(split: Split):
+def text_columns(split: Split, text_column=None, text_pair_column=None):
+    """(first, second or None): the split's text columns. The columns named (--text_column, --text_pair_column),
+    else `sentence1` and `sentence2`, `sentence` or `text`, else, as transformers' run_glue, the columns other than
+    `label`: the first two as a pair, or the only one."""
     columns = split.data.column_names
+    if text_column:
+        for flag, name in (("--text_column", text_column), ("--text_pair_column", text_pair_column)):
+            if name and name not in columns:
+                raise RecipeError(f"{split.source}: no column `{name}` ({flag}); the file has columns {columns}")
+        return text_column, text_pair_column
     if "sentence1" in columns and "sentence2" in columns:
         return "sentence1", "sentence2"
-    if "sentence" in columns:
-        return "sentence", None
-    raise RecipeError(
-        f"{split.source}: no text column: expected `sentence`, or `sentence1` and `sentence2`; found columns {columns}"
-    )
+    for name in ("sentence", "text"):
+        if name in columns:
+            return name, None
+    others = [name for name in columns if name != "label"]
+    if not others:
+        raise RecipeError(
+            f"{split.source}: no text column: expected `sentence`, `text`, or `sentence1` and `sentence2` (or name "
+            f"one with --text_column); found columns {columns}"
+        )
+    return others[0], (others[1] if len(others) > 1 else None)
 
 
 def check_split(split: Split, columns, *, needs_label):
@@ -166,7 +201,10 @@ def check_split(split: Split, columns, *, needs_label):
             continue
         bad = [i for i, text in enumerate(split.data[column]) if not isinstance(text, str)]
         if bad:
-            raise RecipeError(f"{split.source}: column `{column}` has a missing or non-text value in row {bad[0]}")
+            raise RecipeError(
+                f"{split.source}: column `{column}` has a missing or non-text value in row {bad[0]} (the text "
+                "columns: --text_column, --text_pair_column)"
+            )
     if needs_label and "label" not in split.data.column_names:
         raise RecipeError(f"{split.source}: no `label` column (found columns {split.data.column_names})")
     if "label" in split.data.column_names and needs_label:
@@ -240,14 +278,31 @@ LONG_DOCUMENT_MODES = ("truncate", "head_tail", "windows", "mems")
 ONE_TEXT_MODES = ("head_tail", "windows")
 
 
-def check_long_document_mode(split: Split, mode):
+def check_long_document_mode(split: Split, mode, columns=None):
     """head_tail and windows cut one text; a pair of texts would lose the <sep> between them."""
-    first, second = text_columns(split)
+    first, second = columns or text_columns(split)
     if mode in ONE_TEXT_MODES and second:
         raise RecipeError(
-            f"--long_document_mode {mode} reads one text column (`sentence`); {split.source} has two "
+            f"--long_document_mode {mode} reads one text column; {split.source} has two "
             f"(`{first}`, `{second}`): use truncate or mems"
         )
+
+
+def layout_problems(mode, max_len, head_len=None, max_windows=None) -> list[str]:
+    """What is wrong with a long-document layout, named by flag (empty when all is well)."""
+    problems = []
+    if head_len is not None and mode != "head_tail":
+        problems.append(f"--head_len is for --long_document_mode head_tail, not {mode}")
+    elif head_len is not None and not 0 <= head_len <= max_len - 2:
+        problems.append(
+            f"--head_len must be in [0, max_seq_length - 2 = {max_len - 2}] (the tail keeps <sep> <cls>), "
+            f"got {head_len}"
+        )
+    if max_windows is not None and mode != "windows":
+        problems.append(f"--max_windows is for --long_document_mode windows, not {mode}")
+    elif max_windows is not None and max_windows < 1:
+        problems.append(f"--max_windows must be >= 1, got {max_windows}")
+    return problems
 
 
 def default_head_len(max_len):
@@ -284,17 +339,19 @@ def tokenize_split(
     max_samples,
     head_len=None,
     max_windows=None,
+    columns=None,
 ):
     """input_ids / token_type_ids (whole texts in mems mode; the first max_len tokens in truncate mode; the first
     head_len (default: default_head_len) and the last max_len - head_len in head_tail mode), labels, index, n_segments.
     In windows mode a row per window (the text's first `max_windows` windows, all when None), each with its text's
-    label and row number (`text_index`); `index` then numbers the windows."""
+    label and row number (`text_index`); `index` then numbers the windows. `columns`: the text columns (default:
+    `text_columns`)."""
     import datasets
 
     data = split.data if max_samples is None else split.data.select(range(min(max_samples, len(split.data))))
     split = Split(data, split.source)
-    first, second = text_columns(split)
-    check_long_document_mode(split, mode)
+    first, second = columns = columns or text_columns(split)
+    check_long_document_mode(split, mode, columns)
     targets = label_ids(split, labels, train_source)
     texts = [list(data[c]) for c in (first, second) if c]
     truncate = mode == "truncate"  # windows mode cuts the whole tokenized text below
@@ -322,6 +379,18 @@ def tokenize_split(
     if targets is not None:
         columns["labels"] = targets
     return datasets.Dataset.from_dict(columns)
+
+
+def tokenize_splits(splits: dict[str, Split], columns, tokenizer, labels: Labels, *, max_samples, **layout):
+    """{name: tokenized dataset}: every split through `tokenize_split` with its own text columns (`columns`: {name:
+    (first, second)}) and the layout (max_len, mode, head_len, max_windows); `max_samples`: {name: N or None}."""
+    source = splits["train"].source
+    return {
+        name: tokenize_split(
+            split, tokenizer, labels, source, columns=columns[name], max_samples=max_samples[name], **layout
+        )
+        for name, split in splits.items()
+    }
 
 
 def text_labels(dataset):
@@ -435,7 +504,7 @@ class SegmentCollator:
 
 
 def make_loader(dataset, collator, *, batch_size, shuffle, seed):
-    """Shuffled batches for training; for evaluation, batches of similar length (run_glue.predict puts the
+    """Shuffled batches for training; for evaluation, batches of similar length (inference.predict puts the
     predictions back in the order of the `index` column)."""
     import pyarrow.compute as pc
 
@@ -448,3 +517,14 @@ def make_loader(dataset, collator, *, batch_size, shuffle, seed):
     generator = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, generator=generator)
     return loader, sampler
+
+
+def make_loaders(train_set, eval_sets: dict, collator, *, train_batch_size, eval_batch_size, seed):
+    """(training loader, its sampler, {name: evaluation loader}) from `make_loader`, the training batches shuffled
+    from `seed`."""
+    train_loader, sampler = make_loader(train_set, collator, batch_size=train_batch_size, shuffle=True, seed=seed)
+    loaders = {
+        name: make_loader(dataset, collator, batch_size=eval_batch_size, shuffle=False, seed=0)[0]
+        for name, dataset in eval_sets.items()
+    }
+    return train_loader, sampler, loaders
