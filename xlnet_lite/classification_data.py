@@ -422,7 +422,7 @@ class SegmentCountBatchSampler:
     `lengths` (evaluation), longest first within each segment count: a batch then holds texts of similar length
     and pads its last segments to about their own length, not to the longest of a random mix (often the full
     segment). The padding is masked, so the predictions are the same up to rounding (identical on 20 Newsgroups'
-    test split in fp32, benchmarks/bench_eval_order.py).
+    test split in fp32; benchmarks/RESULTS.md).
 
     Batches hold up to `batch_size` examples, and each segment count's last one fewer, so the sampler tells
     accelerate its batch size is not fixed (`batch_size` None): with several processes accelerate then deals whole
