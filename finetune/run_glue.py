@@ -18,7 +18,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +43,7 @@ from xlnet_lite.classification_data import (
 from xlnet_lite.glue_metrics import GLUE_TASKS, primary_metric
 from xlnet_lite.inference import classify, evaluate, predict  # also run_glue's names: tests call and patch them
 from xlnet_lite.model_utils import PRETRAINING_ONLY_FIELDS
+from xlnet_lite.training import flag
 
 DEFAULT_PRETRAINED = "outputs/pretrain"
 PRETRAIN_COMMAND = (
@@ -53,11 +54,6 @@ OUTPUTS = (
     *("tokenizer_config.json", "special_tokens_map.json", "metrics.jsonl", "eval_results.json", "all_results.json"),
     *("history.json", "predict_results.tsv", "training_curves.png", "runs"),
 )
-
-
-def flag(default, help, **metadata):
-    """A dataclass field with its --help line."""
-    return field(default=default, metadata={"help": help, **metadata})
 
 
 @dataclass
@@ -265,7 +261,7 @@ class Finetuning(training.RecipeRun):
 def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max_steps):
     """Epochs of optimizer steps; at each epoch's end evaluate (every epoch, or the last with --eval_strategy no), keep
     the best model and save a checkpoint. Returns False when a signal stopped it (after a checkpoint)."""
-    args, accelerator, model, loop = run.a, run.accelerator, run.model, run.loop
+    args, accelerator, model, loop = run.args, run.accelerator, run.model, run.loop
     accumulation_steps, backprop = args.gradient_accumulation_steps, {"backprop_all": args.mems_backprop == "all"}
     stop = training.StopSignal(accelerator)
     progress = tqdm(total=max_steps, initial=state["step"], desc="train", disable=not accelerator.is_local_main_process)
@@ -323,7 +319,7 @@ def train(run: Finetuning, state, train_loader, sampler, *, steps_per_epoch, max
 def end_epoch(run: Finetuning, state, epoch, *, last):
     """Evaluate (every epoch, or only the `last` with --eval_strategy no), record the epoch (metrics.jsonl and the
     state), keep the best model in output_dir (an epoch without a score replaces the one before it)."""
-    args, accelerator, metric = run.a, run.accelerator, run.main_metric
+    args, accelerator, metric = run.args, run.accelerator, run.main_metric
     if (record := run.loop.window_record(state["step"])) is not None:
         run.metrics.log(record)
     loss_sums = accelerator.gather(torch.tensor([state["loss_sum"], state["loss_count"]], dtype=torch.float64))
@@ -348,7 +344,7 @@ def end_epoch(run: Finetuning, state, epoch, *, last):
 def finish(run: Finetuning, state, loaders, other_sets, train_set, *, train_runtime):
     """Predict the test split with the best model; write eval_results.json, all_results.json, history.json,
     predict_results.tsv and training_curves.png."""
-    args, accelerator, labels = run.a, run.accelerator, run.labels
+    args, accelerator, labels = run.args, run.accelerator, run.labels
     results = {f"eval_{k}": v for k, v in state["best"]["metrics"].items()}
     results.update(
         best_epoch=state["best"]["epoch"],

@@ -19,7 +19,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -38,6 +38,7 @@ from xlnet_lite.model_utils import (
     unigram_log_probs,
 )
 from xlnet_lite.pretraining import build_data, build_model, evaluate, get_token_store, get_tokenizer, load_corpus
+from xlnet_lite.training import flag
 
 UNLIMITED_STEPS = 10**9  # --max_steps under a time budget without a step limit
 # XLNet's objective settings, which three of this recipe's defaults replace (the docstring says why)
@@ -47,11 +48,6 @@ OUTPUTS = (
     *("generation_config.json", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json"),
     *("tokenizer_config.json", "special_tokens_map.json", "runs"),
 )
-
-
-def flag(default, help, **metadata):
-    """A dataclass field with its --help line."""
-    return field(default=default, metadata={"help": help, **metadata})
 
 
 @dataclass
@@ -285,7 +281,7 @@ def tokens_per_step(args, accelerator):
 def train(run: Pretraining, *, step, mems):
     """Optimizer steps until --max_steps or the --max_train_minutes deadline (returns the step count) or a signal (a
     checkpoint, then 0)."""
-    args, accelerator, model, loop = run.a, run.accelerator, run.model, run.loop
+    args, accelerator, model, loop = run.args, run.accelerator, run.model, run.loop
     stream, collator = run.stream, run.collator
     carried, use_mems, step_tokens = {"mems": mems}, args.mem_len > 0, tokens_per_step(args, accelerator)
 
@@ -347,7 +343,7 @@ def train(run: Pretraining, *, step, mems):
 
 def finish(run: Pretraining, *, steps):
     """results.json, loss.png and the model (training-only config fields reset), each written atomically."""
-    args, accelerator, model, loop, baseline = run.a, run.accelerator, run.model, run.loop, run.baseline
+    args, accelerator, model, loop, baseline = run.args, run.accelerator, run.model, run.loop, run.baseline
     records = run.metrics.records()
     evals = [r for r in records if "eval_loss" in r]
     trained = [r for r in records if "tokens_per_second" in r]

@@ -26,7 +26,10 @@ MASK_DTYPES = [torch.float32, torch.float64, torch.long, torch.int32, torch.bool
 def forward_inputs(draw):
     B = draw(st.integers(1, 3))
     T = draw(st.integers(1, 7))
-    wrong = lambda n: draw(st.sampled_from([n, n, n, n + 1, max(n - 1, 0)]))  # mostly right, sometimes off by one
+
+    def wrong(n):  # mostly right, sometimes off by one
+        return draw(st.sampled_from([n, n, n, n + 1, max(n - 1, 0)]))
+
     inputs = {}
     if draw(st.booleans()):
         inputs["input_ids"] = torch.randint(

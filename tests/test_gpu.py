@@ -36,7 +36,7 @@ def impl(request):
 
 
 def sized(impl, **overrides):
-    """The tiny config's overrides, with a head size of 16 for flex_attention (its CUDA kernels' smallest; TINY's is 8)."""
+    """The tiny config's overrides, with a head size of 16 for flex_attention (its CUDA kernels' least; TINY's is 8)."""
     return {**overrides, **({"n_head": 2} if impl == "flex_attention" else {})}
 
 

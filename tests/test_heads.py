@@ -257,10 +257,10 @@ def word_tagging_data(num_sentences=24, words_per_sentence=6, seed=0):
     input_ids = torch.full((num_sentences, width), 5)
     label_ids = torch.full((num_sentences, width), -100)
     attention_mask = torch.zeros(num_sentences, width, dtype=torch.long)
-    for i, (r, l) in enumerate(zip(rows, labels)):  # right padding is fine for token classification
-        input_ids[i, : len(r)], label_ids[i, : len(l)], attention_mask[i, : len(r)] = (
+    for i, (r, row_labels) in enumerate(zip(rows, labels)):  # right padding is fine for token classification
+        input_ids[i, : len(r)], label_ids[i, : len(row_labels)], attention_mask[i, : len(r)] = (
             torch.tensor(r),
-            torch.tensor(l),
+            torch.tensor(row_labels),
             1,
         )
     return dict(input_ids=input_ids, attention_mask=attention_mask, labels=label_ids)

@@ -401,7 +401,7 @@ def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkey
     from accelerate import Accelerator
 
     frames = iter([0, 1, 1, 1])  # read before and after each step: the first step compiles, the second does not
-    monkeypatch.setattr(training, "compiled_frames", lambda: next(frames))
+    monkeypatch.setattr(training.optim, "compiled_frames", lambda: next(frames))
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -62,7 +62,7 @@ def test_same_file_in_separate_processes_and_thread_counts(tmp_path):
         command = [sys.executable, "-c", TRAIN, tokenization.__file__, str(texts_file), str(VOCAB_SIZE), str(folder)]
         runs[folder] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     train_tokenizer(corpus(), vocab_size=VOCAB_SIZE).save_pretrained(tmp_path / "here")
-    for folder, process in runs.items():
+    for process in runs.values():
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err[-3000:]
     files = [(folder / "tokenizer.json").read_bytes() for folder in [*runs, tmp_path / "here"]]

@@ -1,5 +1,5 @@
 """Model details the recipes share: size presets, one loader for every kind of checkpoint, re-initialising the top
-layers, the unigram start of the LM head, and reading a long input as consecutive segments with the Transformer-XL memory."""
+layers, the unigram start of the LM head, and reading a long input as consecutive segments through the memory."""
 
 from __future__ import annotations
 

@@ -221,7 +221,7 @@ def sinusoid(pos_seq, d_model):
 
 
 def relative_position_embedding(config, *, qlen, klen, device):
-    """(1, R, H), or (2, R, H) with bi_data: forward positions for the first half of the batch, backward for the second."""
+    """(1, R, H), or (2, R, H) with bi_data: forward positions for the batch's first half, backward for its second."""
     beg, end = klen, (-qlen if config.attn_type == "bi" else -1)
     fwd = torch.arange(beg, end, -1, device=device).float()  # (R,) klen ... end+1
     seqs = [fwd, -fwd] if config.bi_data else [fwd]
@@ -413,7 +413,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         """(1 or 2, R, H) sinusoids -> (1 or 2, N, D, R) projected positional keys."""
         return self.project(pos_emb, self.r).permute(0, 2, 3, 1)
 
-    def keys(self, x, ai, *, cache):
+    def keys(self, x, attention_inputs, *, cache):
         """Keys and values of one layer, shared by both streams.
 
         x: the layer's input as the matmuls read it (matmul_operand): (B, K, H) memory and current segment, or
@@ -424,15 +424,19 @@ class XLNetLiteRelativeAttention(nn.Module):
         if cache is None:
             k = self.project(x, self.k).transpose(1, 2)  # (B, N, K, D)
             v = self.project(x, self.v).transpose(1, 2)  # (B, N, K, D)
-            kr = self.positional_keys(ai.pos_emb)  # (1 or 2, N, D, R)
+            kr = self.positional_keys(attention_inputs.pos_emb)  # (1 or 2, N, D, R)
         else:
             k_new = self.project(x, self.k).transpose(1, 2)  # (B, N, T, D)
             k, v = cache.update(self.layer_idx, k_new, self.project(x, self.v).transpose(1, 2))  # (B, N, K, D)
-            kr = cache.relative_keys(self.layer_idx, klen=k.shape[2], num_positions=ai.num_positions)
+            kr = cache.relative_keys(self.layer_idx, klen=k.shape[2], num_positions=attention_inputs.num_positions)
         if kr.shape[0] == 2:  # bi_data: first half forward, second half backward positions
             kr = kr.repeat_interleave(x.shape[0] // 2, dim=0)  # (B, N, D, R)
-        if ai.seg_classes:
-            same_k = F.one_hot(ai.seg_keys, ai.seg_classes).to(k.dtype)[:, None].expand(-1, k.shape[1], -1, -1)
+        if attention_inputs.seg_classes:
+            same_k = (
+                F.one_hot(attention_inputs.seg_keys, attention_inputs.seg_classes)
+                .to(k.dtype)[:, None]
+                .expand(-1, k.shape[1], -1, -1)
+            )
             k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
         return k, v, kr
 
@@ -508,21 +512,27 @@ class XLNetLiteRelativeAttention(nn.Module):
         out = attn_vec @ self.o.flatten(1).t()  # (B, Q, H)
         return self.layer_norm(self.dropout(out) + x)
 
-    def forward(self, h, g, mem, ai, *, biases, kernel, cache=None, content=True, rows=None):
+    def forward(self, h, g, mem, attention_inputs, *, biases, kernel, cache=None, content=True, rows=None):
         """h (B, T, H), g (B, P, H) or None, mem (B, M, H) or None (or the generation cache instead).
         Returns h, g, (prob_h, prob_g); with content=False the content stream is skipped (h returned unchanged),
         for the last layer of a model whose output is the query stream. rows (a slice of positions): the content
         stream's queries at those positions only, every position still a key; h comes back (B, len(rows), H)."""
         T = h.shape[1]
         x = matmul_operand(h if mem is None or cache is not None else torch.cat([mem, h], dim=1))  # (B, K or T, H)
-        keys = self.keys(x, ai, cache=cache)
-        core = dict(biases=biases, seg_classes=ai.seg_classes, seg_keys=ai.seg_keys, qlen=T, kernel=kernel)
-        if ai.fused_query and content:
-            return self.fused_streams(h, g, keys, ai, core)
+        keys = self.keys(x, attention_inputs, cache=cache)
+        core = dict(
+            biases=biases,
+            seg_classes=attention_inputs.seg_classes,
+            seg_keys=attention_inputs.seg_keys,
+            qlen=T,
+            kernel=kernel,
+        )
+        if attention_inputs.fused_query and content:
+            return self.fused_streams(h, g, keys, attention_inputs, core)
         out_h, prob_h = h, None
         if content:
             current = x if x.shape[1] == T else x.split([x.shape[1] - T, T], dim=1)[1]  # the current segment's
-            seg_q, blocked, query_pos = ai.seg_query_h, ai.blocked_h, None
+            seg_q, blocked, query_pos = attention_inputs.seg_query_h, attention_inputs.blocked_h, None
             if rows is not None:  # a few positions' queries, each at its own relative offset (as the query stream)
                 h, current = h[:, rows], current[:, rows]  # (B, Q, H)
                 query_pos = torch.arange(T, device=h.device)[rows].expand(h.shape[0], -1)  # (B, Q)
@@ -543,17 +553,17 @@ class XLNetLiteRelativeAttention(nn.Module):
         vec_g, prob_g = self.attend(
             self.project(g, self.q),
             keys,
-            seg_q=ai.seg_query_g,
-            blocked=ai.blocked_g,
-            no_key=ai.no_key_g,
-            query_pos=ai.query_pos,
+            seg_q=attention_inputs.seg_query_g,
+            blocked=attention_inputs.blocked_g,
+            no_key=attention_inputs.no_key_g,
+            query_pos=attention_inputs.query_pos,
             **core,
         )
-        if ai.query_valid is not None:  # all-zero target_mapping rows get no attention output
-            vec_g = vec_g * ai.query_valid
+        if attention_inputs.query_valid is not None:  # all-zero target_mapping rows get no attention output
+            vec_g = vec_g * attention_inputs.query_valid
         return out_h, self.post_attention(g, vec_g), (prob_h, prob_g)
 
-    def fused_streams(self, h, g, keys, ai, core):
+    def fused_streams(self, h, g, keys, attention_inputs, core):
         """predict_next: the query row sits at position T, right after the T content rows, so both streams run as
         one attention over T + 1 rows in the content stream's relative layout, their masks stacked."""
         T = h.shape[1]
@@ -562,8 +572,8 @@ class XLNetLiteRelativeAttention(nn.Module):
             self.project(hg, self.q),
             keys,
             seg_q=None,
-            blocked=ai.blocked_h,
-            no_key=ai.no_key_fused,
+            blocked=attention_inputs.blocked_h,
+            no_key=attention_inputs.no_key_fused,
             query_pos=None,
             **core,
         )
@@ -721,9 +731,9 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
         self.rel_attn = XLNetLiteRelativeAttention(config, layer_idx)
         self.ff = XLNetLiteFeedForward(config)
 
-    def forward(self, h, g, mem, ai, *, biases, kernel, cache=None, content=True, rows=None):
+    def forward(self, h, g, mem, attention_inputs, *, biases, kernel, cache=None, content=True, rows=None):
         h, g, probs = self.rel_attn(
-            h, g, mem, ai, biases=biases, kernel=kernel, cache=cache, content=content, rows=rows
+            h, g, mem, attention_inputs, biases=biases, kernel=kernel, cache=cache, content=content, rows=rows
         )
         if g is None:
             return self.ff(h), None, probs
@@ -1173,7 +1183,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         if attention_mask is not None:
             pad_mask = attention_mask == 0  # (B, T)
         pad_mask = _padding_or_none(pad_mask)
-        ai = self.attention_inputs(
+        attention_inputs = self.attention_inputs(
             perm_mask=perm_mask,
             pad_mask=pad_mask,
             token_type_ids=token_type_ids,
@@ -1194,7 +1204,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             h,
             g,
             mems,
-            ai,
+            attention_inputs,
             cache=cache,
             use_mems=use_mems,
             output_attentions=output_attentions,
@@ -1212,7 +1222,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
         )
         return out if return_dict else out.to_tuple()
 
-    def run_layers(self, h, g, mems, ai, *, cache, use_mems, output_attentions, output_hidden_states, last_rows=None):
+    def run_layers(
+        self, h, g, mems, attention_inputs, *, cache, use_mems, output_attentions, output_hidden_states, last_rows=None
+    ):
         """The layer stack. Returns the output stream (h, or g with a target_mapping), the new mems, hidden states
         and attentions. When the output is the query stream, the last layer's content stream feeds nothing and
         is skipped (unless its hidden states or attentions are asked for); last_rows (a slice) keeps only those
@@ -1233,7 +1245,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 h,
                 g,
                 mem,
-                ai,
+                attention_inputs,
                 biases=self.layer_biases(layer),
                 kernel=kernel,
                 cache=cache,
@@ -1739,7 +1751,7 @@ def choices_shape(input_ids, inputs_embeds):
 
 
 def flatten_choices(*, batch, choices, **inputs):
-    """Every given per-choice input (B, C, ...) -> (B * C, ...); ValueError naming one whose first dims are not (B, C)."""
+    """Every given per-choice input (B, C, ...) -> (B * C, ...); a ValueError names one whose dims aren't (B, C)."""
     flat = {}
     for name, x in inputs.items():
         if x is not None and (x.dim() < 3 or tuple(x.shape[:2]) != (batch, choices)):

@@ -26,6 +26,7 @@ from .arguments import (
     SCHEDULES,
     RecipeArguments,
     check_common_args,
+    flag,
     parse_args,
     raise_problems,
     read_config_file,
@@ -69,6 +70,7 @@ from .run import (
 )
 
 __all__ = [
+    "flag",
     "CRASH_ENV",
     "DISK_FULL_ENV",
     "RUN_FILE",

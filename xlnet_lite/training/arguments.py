@@ -25,6 +25,11 @@ SCHEDULES = [
 ]
 
 
+def flag(default, help, **metadata):
+    """A dataclass field with its --help line."""
+    return field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclass
 class RecipeArguments:
     """Flags shared by both recipes; each recipe derives from this and may change the defaults."""
@@ -164,7 +169,7 @@ def read_config_file(path, cls):
     return values
 
 
-def check_common_args(a: RecipeArguments):
+def check_common_args(args: RecipeArguments):
     """The core's flag checks: a list of problems (empty when all is well)."""
     problems = []
     for name in (
@@ -174,16 +179,16 @@ def check_common_args(a: RecipeArguments):
         "logging_steps",
         "save_total_limit",
     ):
-        if getattr(a, name) < 1:
-            problems.append(f"--{name} must be >= 1, got {getattr(a, name)}")
-    if a.learning_rate <= 0:
-        problems.append(f"--learning_rate must be > 0, got {a.learning_rate}")
-    if a.num_warmup_steps < 0 or a.checkpointing_steps < 0 or a.max_grad_norm < 0 or a.weight_decay < 0:
+        if getattr(args, name) < 1:
+            problems.append(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.learning_rate <= 0:
+        problems.append(f"--learning_rate must be > 0, got {args.learning_rate}")
+    if args.num_warmup_steps < 0 or args.checkpointing_steps < 0 or args.max_grad_norm < 0 or args.weight_decay < 0:
         problems.append("--num_warmup_steps, --checkpointing_steps, --max_grad_norm and --weight_decay must be >= 0")
-    if not 0 <= a.warmup_ratio < 1:
-        problems.append(f"--warmup_ratio must be in [0, 1), got {a.warmup_ratio}")
-    if a.resume_from_checkpoint not in (None, "", "latest") and not Path(a.resume_from_checkpoint).is_dir():
-        problems.append(f"--resume_from_checkpoint: no such folder {a.resume_from_checkpoint} (or pass 'latest')")
+    if not 0 <= args.warmup_ratio < 1:
+        problems.append(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}")
+    if args.resume_from_checkpoint not in (None, "", "latest") and not Path(args.resume_from_checkpoint).is_dir():
+        problems.append(f"--resume_from_checkpoint: no such folder {args.resume_from_checkpoint} (or pass 'latest')")
     return problems
 
 
@@ -192,6 +197,6 @@ def raise_problems(problems):
         raise RecipeError("invalid arguments: " + "; ".join(problems))
 
 
-def run_flags(a: RecipeArguments) -> dict:
+def run_flags(args: RecipeArguments) -> dict:
     """The flags that define the run (saved with it, compared on resume)."""
-    return {k: v for k, v in dataclasses.asdict(a).items() if k not in a.NOT_PART_OF_THE_RUN}
+    return {k: v for k, v in dataclasses.asdict(args).items() if k not in args.NOT_PART_OF_THE_RUN}

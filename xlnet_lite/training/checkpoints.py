@@ -74,20 +74,20 @@ def read_json(path):
         return None
 
 
-def flag_differences(a: RecipeArguments, saved_flags: dict) -> list[str]:
-    keys = a.RESUME_MUST_MATCH
+def flag_differences(args: RecipeArguments, saved_flags: dict) -> list[str]:
+    keys = args.RESUME_MUST_MATCH
     return [
-        f"--{k}: {saved_flags.get(k)!r} in the checkpoint, {getattr(a, k)!r} now"
+        f"--{k}: {saved_flags.get(k)!r} in the checkpoint, {getattr(args, k)!r} now"
         for k in keys
-        if k in saved_flags and saved_flags[k] != getattr(a, k)
+        if k in saved_flags and saved_flags[k] != getattr(args, k)
     ]
 
 
-def check_resume(a: RecipeArguments, checkpoint: Path):
+def check_resume(args: RecipeArguments, checkpoint: Path):
     """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference."""
     state = read_json(checkpoint / "trainer_state.json") or {}
     saved = state.get("flags", {})
-    differences = flag_differences(a, saved)
+    differences = flag_differences(args, saved)
     if differences:
         raise RecipeError(
             f"cannot resume from {checkpoint}: "

@@ -8,15 +8,15 @@ from .arguments import RecipeArguments
 from .run import RUN_FILE
 
 
-def push_output_dir(a: RecipeArguments, *, commit_message):
+def push_output_dir(args: RecipeArguments, *, commit_message):
     """Upload output_dir (the model with its code, tokenizer, results, plots; not the checkpoints) to the Hub."""
     from huggingface_hub import HfApi
 
-    api = HfApi(token=a.hub_token)
-    repo_id = api.create_repo(a.hub_model_id or Path(a.output_dir).name, exist_ok=True).repo_id
+    api = HfApi(token=args.hub_token)
+    repo_id = api.create_repo(args.hub_model_id or Path(args.output_dir).name, exist_ok=True).repo_id
     api.upload_folder(
         repo_id=repo_id,
-        folder_path=a.output_dir,
+        folder_path=args.output_dir,
         commit_message=commit_message,
         ignore_patterns=["checkpoints/*", "checkpoints/**", ".*", RUN_FILE],
     )

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .. import training  # compiled_frames is read from the package at each step, where it can be replaced
 from ..faults import crash_point
+from . import optim  # compiled_frames is looked up at each step, so a test can replace it
 from .arguments import RecipeArguments
 
 
@@ -21,8 +21,10 @@ class TrainLoop:
     blocks (evaluation, checkpoints), which train nothing and are timed on their own.
     """
 
-    def __init__(self, a: RecipeArguments, accelerator, model, optimizer, scheduler, *, checkpoints_dir, budget=None):
-        self.a, self.accelerator, self.model = a, accelerator, model
+    def __init__(
+        self, args: RecipeArguments, accelerator, model, optimizer, scheduler, *, checkpoints_dir, budget=None
+    ):
+        self.args, self.accelerator, self.model = args, accelerator, model
         self.optimizer, self.scheduler, self.checkpoints_dir = optimizer, scheduler, checkpoints_dir
         self.budget = budget
         self.skipped, self.elapsed = 0, 0.0
@@ -45,7 +47,7 @@ class TrainLoop:
     def step(self, micro_batches: Iterable[Callable[[], torch.Tensor]], *, step: int, tokens: int = 0):
         """One optimizer step: each item of `micro_batches` computes one micro-batch's loss. Returns the step's
         mean loss, or None when a non-finite loss made it skip (--skip_nonfinite)."""
-        frames = training.compiled_frames() if self.budget is not None else 0
+        frames = optim.compiled_frames() if self.budget is not None else 0
         acc, start, losses, skip, ticked = self.accelerator, time.perf_counter(), [], False, None
         for compute_loss in micro_batches:
             with acc.accumulate(self.model):
@@ -55,12 +57,12 @@ class TrainLoop:
                     acc.backward(loss)
                     losses.append(loss.detach().float())
                     if acc.sync_gradients:
-                        if self.a.max_grad_norm > 0:
-                            acc.clip_grad_norm_(self.model.parameters(), self.a.max_grad_norm)
+                        if self.args.max_grad_norm > 0:
+                            acc.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
                         self.optimizer.step()
                         if self.budget is not None:  # the next learning rate from the clock at this step's end
                             took = time.perf_counter() - start
-                            self._tick_budget(self.elapsed + took, took if training.compiled_frames() > frames else 0.0)
+                            self._tick_budget(self.elapsed + took, took if optim.compiled_frames() > frames else 0.0)
                             ticked = time.perf_counter()
                         self.scheduler.step()
                 if acc.sync_gradients:
@@ -96,7 +98,7 @@ class TrainLoop:
             flag = self.accelerator.reduce(flag, "sum")
         if not bool(flag.item() > 0):
             return False
-        if not self.a.skip_nonfinite:
+        if not self.args.skip_nonfinite:
             raise FloatingPointError(
                 f"non-finite training loss ({loss.item()}) at step {step}; the last good checkpoint in "
                 f"{self.checkpoints_dir} is intact (resume with --resume_from_checkpoint latest, perhaps with a "

@@ -13,9 +13,9 @@ from ..errors import RecipeError
 from .arguments import RecipeArguments
 
 
-def warmup_steps(a: RecipeArguments, max_steps: int) -> int:
+def warmup_steps(args: RecipeArguments, max_steps: int) -> int:
     """--warmup_ratio of the run, else --num_warmup_steps; a warmup longer than the run is refused."""
-    steps = math.ceil(a.warmup_ratio * max_steps) if a.warmup_ratio else a.num_warmup_steps
+    steps = math.ceil(args.warmup_ratio * max_steps) if args.warmup_ratio else args.num_warmup_steps
     if steps > max_steps:
         raise RecipeError(
             f"--num_warmup_steps ({steps}) is longer than the run ({max_steps} optimizer steps): the learning rate "
@@ -63,24 +63,30 @@ def make_adamw(model, *, learning_rate, weight_decay, eps, layerwise_lr_decay=1.
 
 
 def make_optimizer_and_scheduler(
-    a: RecipeArguments, model, *, max_steps, num_processes, layerwise_lr_decay=1.0, budget: "TimeBudget | None" = None
+    args: RecipeArguments,
+    model,
+    *,
+    max_steps,
+    num_processes,
+    layerwise_lr_decay=1.0,
+    budget: "TimeBudget | None" = None,
 ):
     """Fused AdamW over `parameter_groups`, and transformers' schedule over `max_steps` (or, with a `budget`, one that
     decays to zero at the budget's deadline)."""
     optimizer = make_adamw(
         model,
-        learning_rate=a.learning_rate,
-        weight_decay=a.weight_decay,
-        eps=a.adam_epsilon,
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        eps=args.adam_epsilon,
         layerwise_lr_decay=layerwise_lr_decay,
     )
     if budget is not None:
         return optimizer, make_budget_scheduler(optimizer, budget, num_processes=num_processes)
     # A prepared scheduler steps once per process per optimizer step.
     scheduler = get_scheduler(
-        a.lr_scheduler_type,
+        args.lr_scheduler_type,
         optimizer,
-        num_warmup_steps=warmup_steps(a, max_steps) * num_processes,
+        num_warmup_steps=warmup_steps(args, max_steps) * num_processes,
         num_training_steps=max(max_steps, 1) * num_processes,
     )
     return optimizer, scheduler

@@ -27,27 +27,27 @@ from .metrics import MetricsLog
 RUN_FILE = "run_args.json"  # written first: the flags of the run this folder holds
 
 
-def start_run(a: RecipeArguments, accelerator, checkpoints: Checkpoints, *, outputs: Iterable[str]) -> Path | None:
+def start_run(args: RecipeArguments, accelerator, checkpoints: Checkpoints, *, outputs: Iterable[str]) -> Path | None:
     """Decide, before any expensive work, whether this run starts fresh or resumes, and never touch another
     run's outputs unasked. Returns the checkpoint to resume from, or None. `outputs` are the names this recipe
     writes into output_dir (removed by --overwrite_output_dir)."""
-    out = Path(a.output_dir)
+    out = Path(args.output_dir)
     ours = [RUN_FILE, "checkpoints", *outputs]
     held = sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) if out.is_dir() else []
     trained = [name for name in held if name not in (RUN_FILE, "tokenizer")]  # a run that never trained left only these
-    checkpoint = checkpoints.resolve(a.resume_from_checkpoint)
+    checkpoint = checkpoints.resolve(args.resume_from_checkpoint)
     previous = read_json(out / RUN_FILE)
-    same_run = previous is not None and not flag_differences(a, previous)
+    same_run = previous is not None and not flag_differences(args, previous)
     if checkpoint is not None:
-        check_resume(a, checkpoint)
-    elif a.overwrite_output_dir or (held and not trained and not same_run):
+        check_resume(args, checkpoint)
+    elif args.overwrite_output_dir or (held and not trained and not same_run):
         if trained:
             accelerator.print(f"--overwrite_output_dir: removing the previous run's outputs in {out}")
         if accelerator.is_main_process:
             for name in ours:
                 path = out / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    elif trained and not (a.resume_from_checkpoint == "latest" and same_run):
+    elif trained and not (args.resume_from_checkpoint == "latest" and same_run):
         listed = ", ".join(trained[:6]) + (", ..." if len(trained) > 6 else "")
         raise RecipeError(
             f"--output_dir {out} already holds the outputs of another run ({listed}); pass --overwrite_output_dir "
@@ -56,7 +56,7 @@ def start_run(a: RecipeArguments, accelerator, checkpoints: Checkpoints, *, outp
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / RUN_FILE, run_flags(a))
+        write_json(out / RUN_FILE, run_flags(args))
     accelerator.wait_for_everyone()
     return checkpoint
 
@@ -66,16 +66,16 @@ def set_up_run(cls, argv, *, check, outputs, description=None):
     (`start_run`) and seed everything. Returns (args, accelerator, checkpoints, checkpoint to resume or None)."""
     from accelerate.utils import set_seed
 
-    a = parse_args(cls, argv, description=description)
-    check(a)
+    args = parse_args(cls, argv, description=description)
+    check(args)
     release_output_lock()  # of a run that ended before, in this process
     _MULTI_PROCESS_RUN.clear()
-    accelerator = make_accelerator(a)
-    take_output_lock(a.output_dir, accelerator)
-    checkpoints = Checkpoints(accelerator, a.output_dir, a.save_total_limit)
-    resume = start_run(a, accelerator, checkpoints, outputs=outputs)
-    set_seed(a.seed)
-    return a, accelerator, checkpoints, resume
+    accelerator = make_accelerator(args)
+    take_output_lock(args.output_dir, accelerator)
+    checkpoints = Checkpoints(accelerator, args.output_dir, args.save_total_limit)
+    resume = start_run(args, accelerator, checkpoints, outputs=outputs)
+    set_seed(args.seed)
+    return args, accelerator, checkpoints, resume
 
 
 _OUTPUT_LOCK: list[OutputLock] = []  # the lock this process holds on its run's output_dir
@@ -116,9 +116,9 @@ def end_run(accelerator):
     release_output_lock()
 
 
-def start_tracking(accelerator, a: RecipeArguments, project_name):
-    if a.with_tracking:
-        flags = {k: v for k, v in dataclasses.asdict(a).items() if isinstance(v, (int, float, str, bool))}
+def start_tracking(accelerator, args: RecipeArguments, project_name):
+    if args.with_tracking:
+        flags = {k: v for k, v in dataclasses.asdict(args).items() if isinstance(v, (int, float, str, bool))}
         accelerator.init_trackers(project_name, config=flags)
 
 
@@ -129,18 +129,18 @@ class _DropSharedTensorNote(logging.Filter):
         return "Removed shared tensor" not in record.getMessage()
 
 
-def make_accelerator(a: RecipeArguments):
+def make_accelerator(args: RecipeArguments):
     from accelerate import Accelerator
     from accelerate.utils import TorchDynamoPlugin
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
     device_type = launch_device_type()
-    precision, why = resolve_precision(a.mixed_precision, device_type)
-    kwargs = {"gradient_accumulation_steps": a.gradient_accumulation_steps, "mixed_precision": precision}
-    if a.with_tracking:
-        kwargs.update(log_with=a.report_to, project_dir=a.output_dir)
-    if a.torch_compile:
-        kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=False if a.STATIC_SHAPES else None)
+    precision, why = resolve_precision(args.mixed_precision, device_type)
+    kwargs = {"gradient_accumulation_steps": args.gradient_accumulation_steps, "mixed_precision": precision}
+    if args.with_tracking:
+        kwargs.update(log_with=args.report_to, project_dir=args.output_dir)
+    if args.torch_compile:
+        kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=False if args.STATIC_SHAPES else None)
     accelerator = Accelerator(**kwargs)
     accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
     if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
@@ -233,7 +233,7 @@ class RecipeRun:
     """What a recipe's stages share once the run is set up: flags, accelerator, the prepared model, tokenizer,
     training loop, checkpoints and metrics log. A recipe subclasses it with its own data (stream, labels, ...)."""
 
-    a: RecipeArguments
+    args: RecipeArguments
     accelerator: object
     model: torch.nn.Module
     tokenizer: object
@@ -253,7 +253,7 @@ class RecipeRun:
         metrics records), the recipe's own state, and each rank's state and tensors."""
         acc = self.accelerator
         trainer_state = {
-            "flags": run_flags(self.a),
+            "flags": run_flags(self.args),
             "model": model_fields(acc.unwrap_model(self.model)),
             "num_processes": acc.num_processes,
             "loop": self.loop.state_dict(),
