@@ -34,6 +34,7 @@ from pathlib import Path
 
 from benchmarks.compute_curve import load_points
 from main_job.compare import precision_name
+from xlnet_lite.training import RecipeArguments
 
 RESULTS = Path("benchmarks/results")
 EVERY_ARM_JSON = "every_arm.json"
@@ -50,20 +51,10 @@ HEADINGS = {
     ),
 }
 
-# pretraining arguments that name places or bookkeeping, not the pretraining itself
-NOT_A_LEVER = {
-    "output_dir",
-    "overwrite_output_dir",
-    "resume_from_checkpoint",
+# pretraining arguments that name places or bookkeeping, not the pretraining itself: the recipes' flags that never
+# make a run different (but torch_compile, which an arm's table row shows) and the data pipeline's housekeeping
+NOT_A_LEVER = {*RecipeArguments.NOT_PART_OF_THE_RUN} - {"torch_compile"} | {
     "token_store_cache_dir",
-    "logging_steps",
-    "checkpointing_steps",
-    "save_total_limit",
-    "with_tracking",
-    "report_to",
-    "push_to_hub",
-    "hub_model_id",
-    "hub_token",
     "eval_steps",
     "eval_batches",
     "preprocessing_num_workers",
