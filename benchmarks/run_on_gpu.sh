@@ -35,7 +35,7 @@ print("python", platform.python_version(), "| torch", torch.__version__, "cuda",
 EOF
 } 2>&1 | tee "$OUT/environment.txt"
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
-timeout "${TESTS_S:-240}" python3 -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider $workers 2>&1 \
+timeout "${TESTS_S:-240}" python3 -m pytest -m gpu tests/model/test_gpu.py -v -p no:cacheprovider $workers 2>&1 \
     | tee "$OUT/pytest_gpu.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu.log"
 timeout "${EAGER_S:-120}" python3 -m benchmarks.bench_gpu --no-compile --out "$OUT/model_eager.json" 2>&1 \

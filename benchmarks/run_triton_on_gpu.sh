@@ -19,7 +19,7 @@ python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name
 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), '| triton', triton.__version__,
 '| transformers', transformers.__version__)" 2>&1 | tee "$OUT/environment.txt"
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
-timeout "${TESTS_S:-150}" python3 -m pytest -m gpu tests/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
+timeout "${TESTS_S:-150}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
     -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
 timeout "${KERNEL_S:-60}" python3 -m benchmarks.bench_triton_attention --dropout 0 \

@@ -4,7 +4,7 @@
 
     python -m benchmarks.soak_kills --kills 10 --seed 0 --out benchmarks/results/soak_kills.json
 
-The CI version (tests/test_kill_points.py) stops the run at named points instead of random times.
+The CI version (tests/training/test_kill_points.py) stops the run at named points instead of random times.
 """
 
 import argparse

@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 if not torch.cuda.is_available():
-    # the fused Triton kernels run in Triton's interpreter here (tests/test_triton_attention.py); it must be chosen
-    # before Triton is first imported, which torch.compile and transformers may do in any test
+    # the fused Triton kernels run in Triton's interpreter here (tests/model/test_triton_attention.py); it must be
+    # chosen before Triton is first imported, which torch.compile and transformers may do in any test
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
@@ -26,7 +26,7 @@ def impl(request):
 @pytest.fixture(params=["eager", "sdpa", "flex_attention"])
 def forward_impl(request):
     """Every attention kernel, for the forward-only equivalence tests (flex_attention has no backward on the CPU:
-    its training steps are checked on a GPU, tests/test_gpu.py)."""
+    its training steps are checked on a GPU, tests/model/test_gpu.py)."""
     return request.param
 
 

@@ -113,7 +113,7 @@ class _WordCounter:
     """Counts the words the Unigram trainer sees: normalized, pre-tokenized, "▁"-prefixed.
 
     Same words as `backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text))`,
-    about 5x faster (tests/test_tokenizer_determinism.py checks the two agree).
+    about 5x faster (tests/data/test_tokenizer_determinism.py checks the two agree).
     """
 
     def __init__(self, backend: Tokenizer):

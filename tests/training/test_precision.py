@@ -16,7 +16,7 @@ from xlnet_lite import precision
 from xlnet_lite.precision import cpu_bf16_units, launcher_precision, resolve_precision
 from xlnet_lite.tokenization_xlnet_lite import train_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORDS = "the a of river stone light market city green slow quick north south music paper glass tree old new".split()
 
 

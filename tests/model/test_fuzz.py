@@ -132,7 +132,6 @@ def collator_examples(draw):
     st.integers(0, 100),
 )
 def test_collator_fuzz(examples, reuse_len, perm_size, plm_probability, max_span_length, seed):
-    from test_collator import WORDS  # noqa: F401  (the same toy vocabulary)
     from tokenizers import Tokenizer, models
 
     from xlnet_lite.collator import DataCollatorForXLNetPretraining

@@ -103,7 +103,7 @@ def test_the_real_files():
 
 
 def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp_path):
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     missing = subprocess.run(
         [sys.executable, "-m", "main_job.compare", str(tmp_path)], capture_output=True, text=True, cwd=repo
     )

@@ -1,7 +1,7 @@
 """The fused Triton attention (attn_implementation="xlnet_lite_triton"), run on the CPU in Triton's interpreter:
 the kernels against a plain PyTorch reference, forward and every gradient, and the model on them against
 transformers' XLNet (forward) and against its own explicit kernel (a training step's gradients). On a GPU the same
-kernels are compiled; tests/test_gpu.py runs them there."""
+kernels are compiled; tests/model/test_gpu.py runs them there."""
 
 import sys
 
@@ -380,7 +380,7 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
         env=env,
         capture_output=True,
         timeout=600,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     rows = json.loads(out.read_text())["rows"]
     assert [r["kernel"] for r in rows] == ["forward", "dk_dv", "dq", "dkr"]
@@ -413,7 +413,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
             "pytest",
             "-m",
             "gpu",
-            "tests/test_gpu.py",
+            "tests/model/test_gpu.py",
             "-k",
             selection,
             "--collect-only",

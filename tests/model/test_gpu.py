@@ -1,4 +1,4 @@
-"""On a CUDA device (`pytest -m gpu tests/test_gpu.py`; every test here is skipped without one): XLNet-Lite equals
+"""On a CUDA device (`pytest -m gpu tests/model/test_gpu.py`; every test here is skipped without one): XLNet-Lite equals
 transformers' XLNet on the GPU in fp32 for every head and every attention kernel (eager, SDPA, flex_attention, the
 fused Triton kernels), a training step's gradients are the same on every kernel, the SDPA path runs on a fused kernel
 rather than the math fallback, a bf16 autocast training step tracks fp32, the memory carries across steps, generate()
@@ -31,7 +31,7 @@ CUDA = "cuda"
 @pytest.fixture(params=["eager", "sdpa", "flex_attention", "xlnet_lite_triton"])
 def impl(request):
     """Every attention kernel; on a GPU flex_attention trains too (compiled once per shape), and the fused Triton
-    kernels run compiled (on the CPU only in Triton's interpreter, tests/test_triton_attention.py)."""
+    kernels run compiled (on the CPU only in Triton's interpreter, tests/model/test_triton_attention.py)."""
     return request.param
 
 
