@@ -52,7 +52,7 @@ PRETRAIN_COMMAND = (
 OUTPUTS = (
     *("config.json", "model.safetensors", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json"),
     *("tokenizer_config.json", "special_tokens_map.json", "metrics.jsonl", "eval_results.json", "all_results.json"),
-    *("history.json", "predict_results.tsv", "training_curves.png", "runs"),
+    *("history.json", "predict_results.tsv", "training_curves.png", "triton_attention.py", "runs"),
 )
 
 

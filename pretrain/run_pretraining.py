@@ -10,7 +10,7 @@ outputs/pretrain. --max_train_minutes trains to a wall-clock deadline instead of
 XLNet except three defaults that pay sooner at small budgets (benchmarks/RESULTS.md): single-token targets, a third of
 the tokens predicted and a constant learning rate after warmup; XLNet's own are `--max_span_length 5
 --plm_probability 0.16666666666666666 --lr_scheduler_type linear`. Each batch row is a contiguous stream, so the mems
-of step t feed step t+1. The corpus is tokenized once into a token store (xlnet_lite.pretraining_corpus) that every
+of step t feed step t+1. The corpus is tokenized once into a token store (xlnet_lite.token_store) that every
 rank and later run reads; --prepare_only builds it alone, --token_store DIR trains from one. The training machinery
 (flags, output folder, checkpoints, metrics, signals) is xlnet_lite.training, shared with finetune/run_glue.py.
 """
@@ -45,7 +45,8 @@ UNLIMITED_STEPS = 10**9  # --max_steps under a time budget without a step limit
 XLNET_OBJECTIVE = {"max_span_length": 5, "plm_probability": 1 / 6, "lr_scheduler_type": "linear"}
 OUTPUTS = (
     *("tokenizer", "metrics.jsonl", "results.json", "loss.png", "config.json", "model.safetensors"),
-    *("generation_config.json", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "tokenizer.json"),
+    *("generation_config.json", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "triton_attention.py"),
+    *("tokenizer.json",),
     *("tokenizer_config.json", "special_tokens_map.json", "runs"),
 )
 

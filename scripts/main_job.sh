@@ -4,14 +4,10 @@
 # initialisation (same tokenizer, same finetuning budget) and with TF-IDF + logistic regression on the same 50 messages
 # per group. The recipes run with their defaults except the data flags and the budget: 10 minutes of pretraining steps
 # (--max_train_minutes; the tokenizer, the token store and evaluation come on top), so a faster machine buys more
-# tokens: 6.3M (3,060 steps) on a 2-core EPYC with AVX512-BF16 in bf16, 4.4-5.8M on 2-core Xeons with AMX, past the
-# ~1.5M where pretraining breaks even on this task at 50 labels per group, and about 1.2M on a 2-core AVX2-only CPU
-# in fp32, where it still costs points (benchmarks/RESULTS.md, 20 Newsgroups, "The validation split spread over the
-# corpus"); and 8
-# finetuning epochs (at 4 the random arm was still improving) keeping the last epoch's model, the validation split
-# scored once at the end (--eval_strategy no; over 35 benchmark runs with these flags the last epoch scored within
-# 0.8 points of the best on validation, 0.16 on average). Both arms finetune at the recipe's default learning rate,
-# 3e-4: the best of the grid 1e-4 / 3e-4 / 1e-3 on validation for each (benchmarks/RESULTS.md).
+# tokens (benchmarks/RESULTS.md, "Main job" and "CPU without bf16 units"); and 8 finetuning epochs keeping the last
+# epoch's model, the validation split scored once at the end (--eval_strategy no: the last epoch scores within a
+# point of the best, RESULTS.md "Main job"). Both arms finetune at the recipe's default learning rate, 3e-4, the
+# best of 1e-4 / 3e-4 / 1e-3 on validation for each (benchmarks/RESULTS.md, "The levers").
 #   bash scripts/main_job.sh [--overwrite_output_dir] [--pretraining_steps N]
 # --overwrite_output_dir replaces the outputs of an earlier main job; --pretraining_steps N pretrains for N steps
 # instead of 10 minutes: the same steps as a timed run that reached N (the comparison prints N), bit-identical on the
@@ -43,7 +39,7 @@ if [ "$PRETRAINING_BUDGET" = "$TIMED_BUDGET" ] &&
    [ "$(python -c 'import xlnet_lite.precision as p; print(p.fast_bf16("cpu")[0])' 2>/dev/null)" = "False" ]; then
   echo "main_job.sh: note: this CPU has no AMX or AVX512-BF16, so the job runs in fp32: about 30 minutes on 2 cores," \
        "and 10 minutes of pretraining reach about 1.2M tokens there, short of the ~1.5M where pretraining starts to pay" \
-       "on this task (README, \"On a CPU without bf16 units\"); --pretraining_steps 3060 takes the README's run's" \
+       "on this task (benchmarks/RESULTS.md, \"CPU without bf16 units\"); --pretraining_steps 3060 takes the README's run's" \
        "6.3M tokens (about 50 minutes of fp32 steps there)" >&2
 fi
 LABELS_PER_CLASS=50
