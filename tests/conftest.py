@@ -92,3 +92,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+SLOW_FOLDERS = ("training", "recipes", "results")  # whole runs, kills, subprocesses: the integration tier
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test of the integration folders `slow`, so `-m "not slow"` is the fast inner loop."""
+    for item in items:
+        if item.path.parent.name in SLOW_FOLDERS and item.path.parent.parent.name == "tests":
+            item.add_marker(pytest.mark.slow)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 EXTRAS = ("sklearn", "scipy", "matplotlib")
 IMPORT_EVERY_MODULE = (
@@ -24,6 +26,7 @@ def python(code):
     return result.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_import_loads_none_of_the_extra_beyond_what_transformers_loads():
     """transformers' modeling_utils imports scipy whenever it is installed (for its object-detection losses), so the
     clean process imports that first and then asks what `import xlnet_lite` and its modules add."""
@@ -36,6 +39,7 @@ def test_import_loads_none_of_the_extra_beyond_what_transformers_loads():
     assert python(code) == "[]"
 
 
+@pytest.mark.slow
 def test_every_module_imports_where_the_extra_is_not_installed():
     """sys.modules[name] = None is what Python does for a package that is absent: `import name` raises ImportError and
     importlib.util.find_spec(name) (transformers' is_scipy_available) answers None."""

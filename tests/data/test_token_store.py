@@ -67,6 +67,7 @@ def same_batches(a: PretrainingStream, b: PretrainingStream, steps: int):
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_the_store_reproduces_the_in_memory_stream(tokenizer, tmp_path, seed):
     """Tokens and sentence starts equal build_token_stream's for a list, a text file, a Dataset and a stream, in one
     process or in two workers over small chunks; the streams read from the store give the same batches, epochs
@@ -262,6 +263,7 @@ def build_script(tmp_path, name):
     )
 
 
+@pytest.mark.slow
 def test_a_kill_while_the_store_is_written_leaves_nothing_a_later_run_trusts(tmp_path):
     script = build_script(tmp_path, "first")
     env = {**os.environ, "XLNET_LITE_CRASH_AT": "token_store_chunk@3"}
@@ -277,6 +279,7 @@ def test_a_kill_while_the_store_is_written_leaves_nothing_a_later_run_trusts(tmp
     assert np.asarray(token_store.TokenStore(cache / "store-x").split("train").tokens).tolist() == tokens.tolist()
 
 
+@pytest.mark.slow
 def test_a_second_process_waits_for_the_store_being_built_and_builds_nothing(tmp_path):
     """One process holds the store's lock (as a builder does); a second that wants the store says so in one line and
     waits; once the first has written the store, the second opens it without building."""

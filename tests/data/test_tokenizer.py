@@ -175,6 +175,7 @@ def assert_encodes_like(loaded, tokenizer):
         assert [g for g, m in zip(got, mask) if m] == [w for w, m in zip(want, mask) if m]
 
 
+@pytest.mark.slow
 def test_loads_silently_where_xlnet_lite_is_missing(clean_loads, tokenizer):
     """A tokenizer folder (pretraining's output_dir/tokenizer) loads with plain AutoTokenizer.from_pretrained, a
     model folder with trust_remote_code=True (the config's code, which the model needs anyway): no prompt, no

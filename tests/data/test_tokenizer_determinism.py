@@ -50,6 +50,7 @@ TRAIN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_same_file_in_separate_processes_and_thread_counts(tmp_path):
     """The trainer's word map is seeded afresh in every process: two processes (1 and 2 rayon threads, set before
     the pool starts) and this one must still write the same bytes."""

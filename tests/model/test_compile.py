@@ -41,6 +41,7 @@ def assert_same_step(out, ref, compiled, eager):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.slow
 def test_pretraining_step_compiles_whole_and_matches_eager(impl):
     """perm_mask, target_mapping, token_type_ids (three segment ids), padding and Transformer-XL memory: the memory
     grows for two steps (a new shape each), then every step has the same shapes and must reuse the graph."""
@@ -71,6 +72,7 @@ def test_pretraining_step_compiles_whole_and_matches_eager(impl):
         mems, eager_mems = out.mems, ref.mems
 
 
+@pytest.mark.slow
 def test_classification_step_and_evaluation_compile_whole_and_match_eager(impl):
     """Left-padded pairs with segment ids: a training step, then eval-mode forwards on new batches of equal shape."""
     model, eager = twin_models(XLNetLiteForSequenceClassification, impl, num_labels=3, summary_last_dropout=0.0)

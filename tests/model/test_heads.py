@@ -210,6 +210,7 @@ REMOTE = BLOCK_XLNET_LITE + textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_trust_remote_code_in_a_fresh_process(tmp_path):
     argv, expected = [], {}
     for cls, auto_name, inputs in HEADS:
@@ -266,6 +267,7 @@ def word_tagging_data(num_sentences=24, words_per_sentence=6, seed=0):
     return dict(input_ids=input_ids, attention_mask=attention_mask, labels=label_ids)
 
 
+@pytest.mark.slow
 def test_finetune_token_classification_on_word_tags():
     torch.manual_seed(0)
     model = XLNetLiteForTokenClassification(XLNetLiteConfig(**TINY, num_labels=3))

@@ -73,6 +73,7 @@ REMOTE = BLOCK_XLNET_LITE + textwrap.dedent(
 
 
 @pytest.mark.parametrize("cls,auto,auto_name", CLASSES[1:])
+@pytest.mark.slow
 def test_trust_remote_code_in_a_fresh_process(tmp_path, cls, auto, auto_name):
     folder = tmp_path / "model"
     model = saved(folder, cls)
@@ -112,6 +113,7 @@ PUSH = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_push_to_hub_uses_the_standard_client_and_reloads_with_remote_code(tmp_path):
     hub = FakeHub(tmp_path / "pushed")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_HUB_OFFLINE")}

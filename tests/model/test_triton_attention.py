@@ -92,6 +92,7 @@ def training_step(forward, model, inputs):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.slow
 def test_model_on_the_kernels_equals_transformers():
     """Two streams with perm_mask, target_mapping, segments, left padding and a memory: transformers' logits."""
     hf, lite = twins(mem_len=7)
@@ -110,6 +111,7 @@ def test_model_on_the_kernels_equals_transformers():
     torch.testing.assert_close(a2.logits, b2.logits, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_training_step_has_the_explicit_kernels_gradients():
     """The pretraining loss through the fused kernels, and every parameter's gradient, equal the explicit
     kernel's (dropout 0, fp32, memory carried in, segments)."""
@@ -212,6 +214,7 @@ def test_dropout_inside_the_kernels_is_one_mask_forward_and_backward():
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
     """The model in training with dropout 0.1 on the kernels: the kernels are given the rate (0 in eval), the same
     torch seed gives the same loss and gradients, another seed another loss, and neither is the loss without
@@ -244,6 +247,7 @@ def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
     assert set(rates[9:]) == {0.0}
 
 
+@pytest.mark.slow
 def test_compiled_whole_with_the_kernels_inside():
     """torch.compile(fullgraph=True) takes the kernels as operators in its graph (no break around them) and a
     training step gives the uncompiled step's loss and gradients."""
@@ -345,6 +349,7 @@ def test_cuda_launch_settings_by_precision():
     assert ta._blocks(torch.device("cpu"), 12, torch.float32) == (16, 16, {}, {})
 
 
+@pytest.mark.slow
 def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     """benchmarks/triton_resources.py compiles the four kernels for sm_90 here (no GPU needed) at the CUDA defaults
     in bf16: each fits an H100's shared memory and spills at most a few hundred bytes a thread to local memory (at
@@ -388,6 +393,7 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
         assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 400, row
 
 
+@pytest.mark.slow
 def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
     """benchmarks/run_triton_on_gpu.sh, run with a `python3` that only records its arguments: its test selection
     collects the kernels' CUDA tests, and every benchmark row it names exists, and the profile's (with PROFILE_S)."""
