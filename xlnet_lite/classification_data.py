@@ -368,17 +368,17 @@ def tokenize_split(
         input_ids = [piece for pieces in cut for piece in pieces]
         token_type_ids = [piece for types in token_type_ids for piece in windows(types, max_len, max_windows)]
         targets = None if targets is None else [targets[i] for i in text_index]
-    columns = {
+    features = {
         "input_ids": input_ids,
         "token_type_ids": token_type_ids,
         "index": list(range(len(input_ids))),
         "n_segments": [math.ceil(len(ids) / max_len) for ids in input_ids],
     }
     if mode == "windows":
-        columns["text_index"] = text_index
+        features["text_index"] = text_index
     if targets is not None:
-        columns["labels"] = targets
-    return datasets.Dataset.from_dict(columns)
+        features["labels"] = targets
+    return datasets.Dataset.from_dict(features)
 
 
 def tokenize_splits(splits: dict[str, Split], columns, tokenizer, labels: Labels, *, max_samples, **layout):
