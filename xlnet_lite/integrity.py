@@ -4,6 +4,8 @@ failed write that costs nothing.
 - A checkpoint's `manifest.json`, written last, records the size and xxh3-128 hash of every file in it;
   `verify_checkpoint` names the first file that is missing, shorter, longer or changed. A checkpoint from before
   manifests is checked by loading each of its files.
+- `chunk_digests` / `first_changed_chunk`: a large file (a token store's stream) hashed in fixed-size chunks, so that
+  damage is named by where it lies in the file (xlnet_lite.token_store records and checks them).
 - `OutputLock`: `output_dir/.lock`, an advisory `flock` held for the whole run, with the holder's host, PID and start
   time in it. The kernel drops the lock when its process dies, however it dies, so a lock left by a killed run is
   free and is taken over (with a warning naming the run that left it).
@@ -48,6 +50,51 @@ def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
                 digest.update(view)
     return digest.hexdigest()
+
+
+CHUNK_BYTES = 64 * 2**20  # xxh3 reads 1 MiB to 64 MiB pieces of a mapped file equally fast (benchmarks/RESULTS.md)
+
+
+def _chunks(path: Path, chunk_bytes: int, algorithm: str):
+    """(offset, hex digest) of each `chunk_bytes` piece of the file in order; an empty file is one empty chunk. The
+    file is memory-mapped and read once, front to back (the kernel is told so: its read-ahead then doubles the speed
+    of a file not yet in the page cache)."""
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not size:
+            yield 0, HASHES[algorithm]().hexdigest()
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            if hasattr(view, "madvise"):
+                view.madvise(mmap.MADV_SEQUENTIAL)
+            whole = memoryview(view)
+            try:
+                for offset in range(0, size, chunk_bytes):
+                    digest = HASHES[algorithm]()
+                    digest.update(whole[offset : offset + chunk_bytes])
+                    yield offset, digest.hexdigest()
+            finally:
+                whole.release()  # the map cannot close while a view of it is alive
+
+
+def chunk_digests(path: Path, chunk_bytes: int = CHUNK_BYTES, algorithm: str = ALGORITHM) -> list[str]:
+    """The hash of each `chunk_bytes` piece of the file, in order (one for an empty file)."""
+    return [digest for _, digest in _chunks(Path(path), chunk_bytes, algorithm)]
+
+
+def first_changed_chunk(
+    path: Path, expected: list[str], chunk_bytes: int = CHUNK_BYTES, algorithm: str = ALGORITHM
+) -> int | None:
+    """The index of the first chunk of the file whose hash is not `expected`'s (a file with more or fewer chunks
+    differs at the first one past the shorter list), or None when every chunk matches. Reads no further than the
+    first difference."""
+    count = 0
+    for count, (_, digest) in enumerate(_chunks(Path(path), chunk_bytes, algorithm), start=1):
+        if count > len(expected) or digest != expected[count - 1]:
+            return count - 1
+    return None if count == len(expected) else count
 
 
 def write_manifest(folder: Path):

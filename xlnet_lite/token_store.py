@@ -2,7 +2,9 @@
 
 A store is a folder:
 
-    store.json                  format, token dtype, per split: tokens, sentences, documents; what it was built from
+    store.json                  format, token dtype, the vocabulary's size, per split: tokens, sentences, documents,
+                                the largest token id; what it was built from; the size and per-chunk xxh3 hashes of
+                                every other file (`integrity`)
     <split>.tokens              the split's token stream (`data.build_token_stream`'s layout: documents in order, each
                                 followed by <eod>), uint16 where the vocabulary fits, else int32; raw little-endian
     <split>.sentence_ends       int64 end of every sentence of the stream (the last one is the stream's length), so
@@ -15,6 +17,13 @@ trusts (the next builder removes it). `cached_folder` keys stores (and trained t
 made them, under a cache folder with one lock file per key: the second of two processes that want the same store
 waits for the first to finish it, then opens it (accelerate's `main_process_first` orders the ranks of one run the
 same way; the lock also covers separate runs).
+
+The store proves its bytes: `TokenStore.verify` hashes every file chunk by chunk (64 MiB chunks by default, xxh3-128 as
+checkpoint manifests use) against store.json and names the first damaged file and chunk (`StoreDamage`, one line); a
+token id at or above the vocabulary is damage too. Checking is cheap beside what a run does with a store before its
+first step (reading every training token once for the unigram baseline): benchmarks/RESULTS.md "Data scale". A
+damaged entry of the cache is removed and built again (`cached_folder`'s `verify`). Format 2 added the hashes: a
+store of format 1 is not opened, and the cache builds the store again under its new key.
 
 Tokenization runs in `num_proc` worker processes over chunks of documents, at most a few chunks in flight, so the
 text is never held whole: nanoGPT writes a uint16 `train.bin` the same way, litdata and Megatron-LM index binary
@@ -40,13 +49,20 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from . import integrity
 from .atomic_io import replace_folder
 from .data import TextFileDocuments, TokenArrays, encode_documents
+from .errors import RecipeError
 from .faults import crash_point
 from .tokenization_xlnet_lite import load_tokenizer
 
-FORMAT = 1  # bump when the stream layout or the files change: stores of another format are rebuilt
+FORMAT = 2  # bump when the stream layout or the files change: stores of another format are rebuilt (2: hashes)
 STORE_FILE = "store.json"
+
+
+class StoreDamage(RecipeError):
+    """A store's bytes are not those it was built with (a file changed, a token id outside the vocabulary): the
+    message names the file and the chunk. A RecipeError, so that a recipe ends on it with one line."""
 
 
 def default_cache_dir() -> Path:
@@ -110,17 +126,17 @@ class TokenStore:
                 f"format {FORMAT}; build it again"
             )
         self.dtype = np.dtype(self.meta["dtype"])
+        sizes = {name: entry["size"] for name, entry in self.meta["files"].items()}
         for name, split in self.meta["splits"].items():
-            for file, count, itemsize in (
-                (f"{name}.tokens", split["tokens"], self.dtype.itemsize),
-                (f"{name}.sentence_ends", split["sentences"], 8),
-            ):
-                size = (self.path / file).stat().st_size if (self.path / file).is_file() else None
-                if size != count * itemsize:
-                    raise ValueError(
-                        f"{self.path}: {file} holds {size} bytes, {STORE_FILE} says {count * itemsize}; "
-                        "the store is damaged, build it again"
-                    )
+            sizes[f"{name}.tokens"] = split["tokens"] * self.dtype.itemsize
+            sizes[f"{name}.sentence_ends"] = split["sentences"] * 8
+        for file, expected in sizes.items():
+            size = (self.path / file).stat().st_size if (self.path / file).is_file() else None
+            if size != expected:
+                raise ValueError(
+                    f"{self.path}: {file} holds {size} bytes, {STORE_FILE} says {expected}; "
+                    "the store is damaged, build it again"
+                )
 
     @property
     def splits(self) -> list[str]:
@@ -140,8 +156,39 @@ class TokenStore:
         return TokenArrays(tokens, starts)
 
     def tokenizer(self):
-        """The tokenizer that made the tokens."""
+        """The tokenizer that made the tokens (its files verified first: they are small)."""
+        self.verify(files=[name for name in self.meta["files"] if name.startswith("tokenizer/")])
         return load_tokenizer(self.path / "tokenizer")
+
+    def verify(self, files: Iterable[str] | None = None) -> int:
+        """Check every chunk of every file (or of `files`) against its hash in store.json, and every split's
+        largest token id against the vocabulary; returns the bytes read. Raises StoreDamage naming the first damaged
+        file and chunk."""
+        chunk_bytes, algorithm = self.meta["chunk_bytes"], self.meta["algorithm"]
+        checked = 0
+        for name in self.meta["files"] if files is None else files:
+            expected = self.meta["files"][name]["chunks"]
+            changed = integrity.first_changed_chunk(self.path / name, expected, chunk_bytes, algorithm)
+            if changed is not None:
+                lo = changed * chunk_bytes
+                hi = min(lo + chunk_bytes, self.meta["files"][name]["size"])
+                raise StoreDamage(
+                    f"{self.path / name}: chunk {changed} of {len(expected)} (bytes {lo:,} to {hi:,}) does not match "
+                    f"its {algorithm} hash in {STORE_FILE}: the token store is damaged"
+                )
+            checked += self.meta["files"][name]["size"]
+        if files is None:
+            self.check_vocab(self.meta["vocab_size"])
+        return checked
+
+    def check_vocab(self, vocab_size: int):
+        """Raises StoreDamage when a split holds a token id >= `vocab_size` (a tokenizer's length)."""
+        for name, split in self.meta["splits"].items():
+            if split["max_id"] >= vocab_size:
+                raise StoreDamage(
+                    f"{self.path / f'{name}.tokens'}: token ids up to {split['max_id']}, outside the vocabulary of "
+                    f"{vocab_size} pieces: the token store is damaged or of another tokenizer"
+                )
 
 
 def _memmap(path: Path, dtype, count: int) -> np.ndarray:
@@ -164,6 +211,7 @@ def write_token_store(
     chunk_documents: int = 1000,
     source=None,
     log: Callable | None = print,
+    chunk_bytes: int = integrity.CHUNK_BYTES,
 ) -> TokenStore:
     """Tokenize each split once into a new store at `path`, which must not exist yet.
 
@@ -176,6 +224,7 @@ def write_token_store(
         chunk_documents: documents per chunk; at most 2 * num_proc chunks are in flight.
         source: what the store was built from (recorded in store.json).
         log: prints a line per split and a progress bar (None: silent).
+        chunk_bytes: the size of the pieces each file is hashed in (`TokenStore.verify` names the damaged one).
 
     The files go to a temporary folder beside `path`, renamed to `path` when store.json is written: a kill leaves no
     folder at `path`.
@@ -186,7 +235,8 @@ def write_token_store(
     tmp.mkdir(parents=True)
     dtype = np.dtype(np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max + 1 else np.int32)
     tokenizer.save_pretrained(tmp / "tokenizer")
-    meta = {"format": FORMAT, "dtype": dtype.name, "splits": {}, "source": source, "num_proc": num_proc}
+    meta = {"format": FORMAT, "dtype": dtype.name, "vocab_size": len(tokenizer), "splits": {}}
+    meta.update(source=source, num_proc=num_proc)
     start = time.perf_counter()
     with _Encoder(tokenizer, num_proc) as encoder:
         for name, documents in splits.items():
@@ -201,13 +251,24 @@ def write_token_store(
                 log=log,
             )
     meta["build_seconds"] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+    meta.update(algorithm=integrity.ALGORITHM, chunk_bytes=chunk_bytes)
+    meta["files"] = {
+        str(file.relative_to(tmp)): {
+            "size": file.stat().st_size,
+            "chunks": integrity.chunk_digests(file, chunk_bytes),
+        }
+        for file in sorted(tmp.rglob("*"))
+        if file.is_file()
+    }  # hashed as just written, from the page cache
+    meta["hash_seconds"] = round(time.perf_counter() - start, 3)
     (tmp / STORE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     replace_folder(tmp, path)  # fsyncs every file, then one rename
     return TokenStore(path)
 
 
 def _write_split(folder: Path, name: str, documents, encoder: _Encoder, *, dtype, text_column, chunk_documents, log):
-    counts = {"tokens": 0, "sentences": 0, "documents": 0}
+    counts = {"tokens": 0, "sentences": 0, "documents": 0, "max_id": -1}
     progress = tqdm(desc=f"tokenizing {name}", unit=" documents", disable=not log, leave=False)
     with (
         progress,
@@ -220,6 +281,7 @@ def _write_split(folder: Path, name: str, documents, encoder: _Encoder, *, dtype
             counts["tokens"] += len(tokens)
             counts["sentences"] += len(sentence_lengths)
             counts["documents"] += n_docs
+            counts["max_id"] = max(counts["max_id"], int(tokens.max(initial=-1)))
             progress.update(n_docs)
             crash_point("token_store_chunk")
     if log:
@@ -306,6 +368,7 @@ def cached_folder(
     build: Callable[[Path], None],
     *,
     is_complete: Callable[[Path], bool],
+    verify: Callable[[Path], None] | None = None,
     log: Callable = print,
 ) -> Path:
     """cache_dir/name, built by `build(path)` unless a complete one is there; one builder at a time.
@@ -313,20 +376,44 @@ def cached_folder(
     `build` must leave either a complete folder at `path` (renamed into place) or none. A process that finds the lock
     taken says so in one line and waits; it then finds the folder complete and builds nothing. Temporary folders a
     killed builder left (`.name.tmp-*`) are removed by the next builder, which holds the lock.
+
+    `verify(path)` (optional) raises ValueError when a complete folder's content is damaged: the folder is then
+    named in one warning line, removed (never trusted again) and built again. Every process that opens the folder
+    verifies it, so a damaged entry is found before anything reads it.
     """
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / name
+    warned = None
     if is_complete(path):
-        return path
+        warned = _damage(verify, path)
+        if warned is None:
+            return path
+        log(f"warning: {warned}; removing {path} from the cache and building it again")
     with _locked(cache_dir / f".{name}.lock", waiting=f"waiting for another process to finish {path}", log=log):
-        if not is_complete(path):
-            for stale in cache_dir.glob(f".{name}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            if path.exists():  # an incomplete folder at the final path (not written by this module): replace it
-                shutil.rmtree(path)
-            build(path)
+        if is_complete(path):
+            damage = _damage(verify, path)  # another process may have built it again meanwhile
+            if damage is None:
+                return path
+            if damage != warned:
+                log(f"warning: {damage}; removing {path} from the cache and building it again")
+        for stale in cache_dir.glob(f".{name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if path.exists():  # incomplete (not written by this module) or damaged: replace it
+            shutil.rmtree(path)
+        build(path)
     return path
+
+
+def _damage(verify: Callable[[Path], None] | None, path: Path) -> str | None:
+    """What `verify` says is wrong with the folder, or None."""
+    if verify is None:
+        return None
+    try:
+        verify(path)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The token store: a corpus tokenized once to memory-mapped files gives exactly the in-memory stream, is keyed by
 what made it, survives a kill while it is written, and is built once when two processes want it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -300,3 +301,96 @@ def test_a_second_process_waits_for_the_store_being_built_and_builds_nothing(tmp
     out, err = waiter.communicate(timeout=300)
     assert waiter.returncode == 0, err[-2000:]
     assert out.startswith("opened ") and not (tmp_path / "second.built").exists()
+
+
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_a_whole_store_verifies_and_every_chunk_of_every_file_is_checked(tokenizer, tmp_path):
+    """With 64-byte chunks: store.json holds one hash per chunk of every file (the tokenizer's included),
+    verification reads every byte, and a bit flipped anywhere in a file (first, middle and last chunk) is named by
+    the file and its chunk."""
+    docs = {"train": random_documents(0), "validation": random_documents(1, n_docs=20)}
+    store = token_store.write_token_store(tmp_path / "s", docs, tokenizer, log=None, chunk_bytes=64)
+    files = store.meta["files"]
+    assert {"train.tokens", "train.sentence_ends", "validation.tokens", "tokenizer/tokenizer.json"} <= set(files)
+    for name, entry in files.items():
+        assert entry["size"] == (store.path / name).stat().st_size
+        assert len(entry["chunks"]) == max(1, -(-entry["size"] // 64)), name
+    assert store.verify() == sum(entry["size"] for entry in files.values())
+    for name in ("train.tokens", "train.sentence_ends", "validation.tokens"):
+        size = files[name]["size"]
+        for offset in (0, size // 2, size - 1):
+            flip_byte(store.path / name, offset)
+            chunk = offset // 64
+            with pytest.raises(
+                token_store.StoreDamage, match=rf"{name}: chunk {chunk} of {len(files[name]['chunks'])} "
+            ):
+                token_store.TokenStore(store.path).verify()
+            flip_byte(store.path / name, offset)  # back as it was
+            store.verify()
+
+
+def test_a_token_id_outside_the_vocabulary_is_damage(tokenizer, tmp_path):
+    """Tokens rewritten to 0xFFFF in a uint16 store are a hash mismatch naming the file; the store's largest id,
+    recorded at build, names a store whose ids a (smaller) tokenizer does not have."""
+    store = token_store.write_token_store(tmp_path / "s", {"train": random_documents(0)}, tokenizer, log=None)
+    assert store.meta["vocab_size"] == len(tokenizer)
+    assert store.meta["splits"]["train"]["max_id"] == int(np.asarray(store.split("train").tokens).max())
+    store.check_vocab(len(tokenizer))
+    with pytest.raises(token_store.StoreDamage, match="train.tokens: token ids up to .* outside the vocabulary of 100"):
+        store.check_vocab(100)
+    with open(store.path / "train.tokens", "r+b") as f:
+        f.seek(64)
+        f.write(b"\xff" * 128)
+    with pytest.raises(token_store.StoreDamage, match=r"train.tokens: chunk 0 of 1 .* does not match its xxh3_128"):
+        store.verify()
+
+
+def test_a_store_of_the_format_before_hashes_is_not_opened(tokenizer, tmp_path):
+    store = token_store.write_token_store(tmp_path / "s", {"train": ["w1 w2. w3", "w4"]}, tokenizer, log=None)
+    meta = store.meta
+    meta["format"] = 1
+    (store.path / "store.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="of format 1, this xlnet_lite reads format 2"):
+        token_store.TokenStore(store.path)
+    assert not token_store.is_token_store(store.path)
+
+
+@pytest.mark.parametrize("damaged", ["train.tokens", "train.sentence_ends"])
+def test_a_damaged_cache_entry_is_named_once_removed_and_built_again(tokenizer, tmp_path, damaged):
+    """A flipped byte in a cached store: one warning line naming the file, the folder removed and built again (the
+    same tokens as before the damage); the next open finds it whole and builds nothing."""
+    builds, lines = [], []
+
+    def build(path):
+        builds.append(path)
+        token_store.write_token_store(path, {"train": random_documents(0)}, tokenizer, log=None, chunk_bytes=256)
+
+    def open_cached():
+        return token_store.cached_folder(
+            tmp_path / "cache",
+            "store-x",
+            build,
+            is_complete=token_store.is_token_store,
+            verify=lambda folder: token_store.TokenStore(folder).verify(),
+            log=lines.append,
+        )
+
+    path = open_cached()
+    tokens = np.asarray(token_store.TokenStore(path).split("train").tokens).copy()
+    flip_byte(path / damaged, (path / damaged).stat().st_size // 2)
+    assert open_cached() == path and len(builds) == 2
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {path / damaged}: chunk "), lines
+    assert f"removing {path} from the cache and building it again" in lines[0]
+    assert (
+        token_store.TokenStore(path).verify()
+        and (np.asarray(token_store.TokenStore(path).split("train").tokens) == tokens).all()
+    )
+    open_cached()
+    assert len(builds) == 2 and len(lines) == 1
