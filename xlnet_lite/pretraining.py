@@ -180,9 +180,17 @@ def get_tokenizer(args, train_docs, accelerator):
 
 def get_token_store(args, tokenizer, train_docs, valid_docs, accelerator) -> token_store.TokenStore:
     """--token_store, or the store of this corpus and tokenizer in the cache, built by the main process while the
-    others wait (and by one run while another run on the same corpus waits)."""
+    others wait (and by one run while another run on the same corpus waits). Every byte is checked against the
+    store's hashes first: a damaged --token_store stops the run (one line naming the file), a damaged cached store is
+    built again; a token id the tokenizer does not have is damage too."""
     if args.token_store:
-        return token_store.TokenStore(args.token_store)
+        store = token_store.TokenStore(args.token_store)
+        try:
+            store.verify()
+            store.check_vocab(len(tokenizer))
+        except token_store.StoreDamage as error:
+            raise training.RecipeError(f"--token_store {args.token_store}: {error}; build it again") from None
+        return store
     key = {
         "format": token_store.FORMAT,
         "train": corpus_fingerprint(args, train_docs, "train"),
@@ -217,9 +225,12 @@ def get_token_store(args, tokenizer, train_docs, valid_docs, accelerator) -> tok
             f"store-{token_store.fingerprint(key)}",
             build,
             is_complete=token_store.is_token_store,
+            verify=lambda folder: token_store.TokenStore(folder).verify(),
             log=accelerator.print,
         )
-    return token_store.TokenStore(path)
+    store = token_store.TokenStore(path)
+    store.check_vocab(len(tokenizer))  # a StoreDamage: one line
+    return store
 
 
 def corpus_name(args, *, validation=False) -> str:
