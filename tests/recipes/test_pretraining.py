@@ -398,3 +398,30 @@ def test_tokenizer_trained_on_documents_spread_over_a_sorted_corpus(corpus, tmp_
     first_ten = train_tokenizer(docs[:10], vocab_size=120)
     pieces = [sum(len(t.tokenize(word)) for word in last) for t in (trained, first_ten)]
     assert pieces[0] < 0.75 * pieces[1], pieces
+
+
+def test_a_damaged_token_store_is_caught_before_the_first_step(corpus, tmp_path, capsys):
+    """Token ids in a prepared store's train.tokens rewritten to 0xFFFF (outside the 400-piece vocabulary): passed
+    as --token_store, the command (in this process: `command`) stops before training with one error line naming the
+    file (exit status 2, no traceback); found in the cache, the next run says so in one warning line, builds the
+    store again and trains."""
+    cache = ["--token_store_cache_dir", str(tmp_path / "cache")]
+    prepared = run_pretraining.main(tiny_args(corpus, tmp_path / "prep") + cache + ["--prepare_only"])
+    store = prepared["token_store"]
+    damaged = os.path.join(store, "train.tokens")
+    with open(damaged, "r+b") as f:
+        f.seek(1000)
+        f.write(b"\xff" * 128)
+    explicit = [*without_corpus_flags(tiny_args(corpus, tmp_path / "explicit")), "--token_store", store]
+    one_line_error(command(PRETRAIN, *explicit), f"--token_store {store}: {damaged}: chunk 0 of 1")
+    assert not (tmp_path / "explicit" / "metrics.jsonl").exists()
+    capsys.readouterr()
+    args = tiny_args(corpus, tmp_path / "cached") + cache
+    for flag, value in (("--max_steps", "2"), ("--eval_steps", "2"), ("--checkpointing_steps", "2")):
+        args[args.index(flag) + 1] = value
+    results = run_pretraining.main(args)
+    said = capsys.readouterr().out
+    warnings = [line for line in said.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {damaged}: chunk 0 of 1 "), said[-2000:]
+    assert said.count("tokenizing the corpus into") == 1 and math.isfinite(results["eval_loss"])
+    assert [m["step"] for m in read_metrics(tmp_path / "cached") if "loss" in m] == [1, 2]
