@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""XLNet permutation-LM pretraining with accelerate, the Transformer-XL memory carried across steps.
+"""XLNet permutation-LM pretraining with accelerate, the Transformer-XL memory carried across steps (--objective mlm
+or clm trains the same backbone on the same data as BERT's masked LM or a causal LM instead).
 
     accelerate launch pretrain/run_pretraining.py [--config FILE.yaml|json] [--flag value ...]
     python pretrain/run_pretraining.py ...                     (one process)
@@ -37,6 +38,7 @@ from xlnet_lite.model_utils import (
     unigram_cross_entropy,
     unigram_log_probs,
 )
+from xlnet_lite.objectives import OBJECTIVES
 from xlnet_lite.pretraining import build_data, build_model, evaluate, get_token_store, get_tokenizer, load_corpus
 from xlnet_lite.training import flag
 
@@ -46,8 +48,7 @@ XLNET_OBJECTIVE = {"max_span_length": 5, "plm_probability": 1 / 6, "lr_scheduler
 OUTPUTS = (
     *("tokenizer", "metrics.jsonl", "results.json", "loss.png", "config.json", "model.safetensors"),
     *("generation_config.json", "modeling_xlnet_lite.py", "configuration_xlnet_lite.py", "triton_attention.py"),
-    *("tokenizer.json",),
-    *("tokenizer_config.json", "special_tokens_map.json", "runs"),
+    *("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "runs"),
 )
 
 
@@ -99,6 +100,10 @@ class PretrainingArguments(training.RecipeArguments):
     reuse_len: int = flag(64, "Tokens the next step reuses through the memory.")
     mem_len: int = flag(96, "Memory tokens kept per layer (0: no memory: each step reads its batch alone).")
     perm_size: int | None = flag(None, "Factorization-order chunk length (default: reuse_len).")
+    objective: Literal[tuple(OBJECTIVES)] = flag(
+        "plm", "XLNet's permutation LM, BERT's masked LM (content stream) or a causal LM: xlnet_lite.objectives."
+    )
+    mlm_probability: float = flag(0.15, "--objective mlm: fraction of tokens masked and predicted (BERT: 0.15).")
     plm_probability: float = flag(1 / 3, "Fraction of tokens predicted (XLNet: 1/6; 1/3 learns more per token).")
     max_span_length: int = flag(1, "Longest span of predicted tokens, each starting at a word (XLNet: 5).")
     bi_data: bool = flag(False, "Half the rows read the text backwards (needs even batches).")
@@ -126,7 +131,8 @@ class PretrainingArguments(training.RecipeArguments):
         *("model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size"),
         *("tokenizer_train_documents", "dropout", "train_file", "validation_file", "embedded_corpus"),
         *("dataset_name", "dataset_config_name", "text_column", "token_store", "seq_len", "reuse_len", "mem_len"),
-        *("perm_size", "plm_probability", "max_span_length", "bi_data", "lr_scheduler_type"),
+        *("perm_size", "plm_probability", "max_span_length", "bi_data", "lr_scheduler_type", "objective"),
+        "mlm_probability",
     )
 
 
@@ -144,8 +150,11 @@ def check_args(args: PretrainingArguments):
         problems.append(f"--mem_len must be >= 0, got {args.mem_len}")
     if args.bi_data and (args.per_device_train_batch_size % 2 or args.per_device_eval_batch_size % 2):
         problems.append("--bi_data needs even --per_device_train_batch_size and --per_device_eval_batch_size")
-    if not 0 < args.plm_probability < 1:
-        problems.append(f"--plm_probability must be in (0, 1), got {args.plm_probability}")
+    for name in ("plm_probability", "mlm_probability"):
+        if not 0 < getattr(args, name) < 1:
+            problems.append(f"--{name} must be in (0, 1), got {getattr(args, name)}")
+    if args.bi_data and args.objective != "plm":
+        problems.append(f"--bi_data is a permutation-LM option; --objective {args.objective} reads rows forwards")
     if args.max_train_minutes is not None and args.max_train_minutes <= 0:
         problems.append(f"--max_train_minutes must be > 0, got {args.max_train_minutes}")
     if args.max_train_minutes is not None and args.warmup_ratio:
@@ -372,9 +381,9 @@ def finish(run: Pretraining, *, steps):
         training.plot_metrics(
             records,
             Path(args.output_dir, "loss.png"),
-            title="XLNet-Lite permutation-LM pretraining",
+            title=f"XLNet-Lite {OBJECTIVES[args.objective]} pretraining",
             left={
-                "loss": "train PLM loss",
+                "loss": f"train {args.objective.upper()} loss",
                 "eval_loss": "validation, with memory",
                 "eval_loss_no_memory": "validation, no memory",
             },

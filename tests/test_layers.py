@@ -32,6 +32,7 @@ LAYERS = {
     # documents, corpora, the pretraining stream, the token store, the collator, classification data and metrics
     "data": DATA,
     "collator": DATA,
+    "objectives": DATA,
     "token_store": DATA,
     "classification_data": DATA,
     "embedded_datasets": DATA,

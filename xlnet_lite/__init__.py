@@ -27,6 +27,7 @@ from .modeling_xlnet_lite import (
     XLNetLiteModel,
     XLNetLitePreTrainedModel,
 )
+from .objectives import DataCollatorForXLNetCausalLM, DataCollatorForXLNetMaskedLM
 from .token_store import TokenStore, write_token_store
 from .tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
@@ -78,6 +79,8 @@ __all__ = [
     "train_tokenizer",
     "load_tokenizer",
     "DataCollatorForXLNetPretraining",
+    "DataCollatorForXLNetMaskedLM",
+    "DataCollatorForXLNetCausalLM",
     "PretrainingStream",
     "build_eval_batches",
     "tokenize_documents",

@@ -26,6 +26,8 @@ class XLNetLiteConfig(PreTrainedConfig):
     - `clamp_len`: clamp relative distances to this (-1: no clamping); `same_length`: every token of a
       "uni" model sees the same number of keys.
     - `use_mems_train` / `use_mems_eval`: return new mems in train / eval mode.
+    - `sparse_prediction`: the LM head scores only the labelled positions of (B, T) labels (ModernBERT's field; set
+      by masked and causal LM pretraining, reset when the model is saved).
     - `summary_*`: the sequence-summary head of the classification model.
     """
 
@@ -57,6 +59,7 @@ class XLNetLiteConfig(PreTrainedConfig):
     bi_data: bool = False
     clamp_len: int = -1
     same_length: bool = False
+    sparse_prediction: bool = False
     summary_type: str = "last"
     summary_use_proj: bool = True
     summary_activation: str | None = "tanh"

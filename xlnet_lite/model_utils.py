@@ -18,7 +18,7 @@ MODEL_PRESETS = {
 }
 
 # Config fields that only pretraining uses; a saved model gets their inference values (transformers' defaults).
-PRETRAINING_ONLY_FIELDS = {"reuse_len": None, "bi_data": False, "use_mems_train": False}
+PRETRAINING_ONLY_FIELDS = {"reuse_len": None, "bi_data": False, "use_mems_train": False, "sparse_prediction": False}
 
 
 def load_model(name_or_path, model_class, *, trust_remote_code=False, **kwargs):

@@ -1366,7 +1366,10 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
     ):
         """transformers' XLNetLMHeadModel inputs, plus predict_next (logits (B, 1, V) for the token after the last
         one; see XLNetLiteModel), the generation cache (cache or past_key_values / use_cache; generate() may also pass
-        cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch."""
+        cache_position, unused: the cache knows its length) and the Trainer's num_items_in_batch. With
+        `config.sparse_prediction` (a pretraining field, as ModernBERT's) and (B, T) labels, the logits are those of the
+        labelled positions only, (1, N, V) in row-major order: masked and causal LM pretraining skip the LM head on the
+        rows they do not score."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         out = self.transformer(
             input_ids,
@@ -1386,18 +1389,23 @@ class XLNetLiteLMHeadModel(XLNetLitePreTrainedModel, GenerationMixin):
             past_key_values=past_key_values,
             use_cache=use_cache,
         )
-        logits = self.lm_loss(keep_rows(out.last_hidden_state, logits_to_keep))  # (B, P or T or 1, V)
+        hidden = keep_rows(out.last_hidden_state, logits_to_keep)  # (B, P or T or 1, H)
         loss = None
         if labels is not None:
             dims = "(B, 1)" if predict_next else "(B, P)" if target_mapping is not None else "(B, T)"
             check_class_labels(
                 labels,
-                shape=tuple(logits.shape[:2]),
+                shape=tuple(hidden.shape[:2]),
                 dims=dims,
                 what="token ids",
                 bound_name="vocab_size",
                 bound=self.config.vocab_size,
             )
+            if getattr(self.config, "sparse_prediction", False) and target_mapping is None and not predict_next:
+                labelled = labels != -100  # ModernBERT's sparse prediction: the LM head on the labelled rows only
+                hidden, labels = hidden[labelled][None], labels[labelled][None]  # (1, N, H), (1, N)
+        logits = self.lm_loss(hidden)  # (B, P or T or 1, V); (1, N, V) with sparse prediction
+        if labels is not None:
             loss = cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         result = XLNetLiteLMHeadModelOutput(
             loss=loss,

@@ -17,15 +17,14 @@ import numpy as np
 import torch
 
 from . import token_store, training
-from .collator import DataCollatorForXLNetPretraining
 from .configuration_xlnet_lite import XLNetLiteConfig
 from .data import (
     PretrainingStream,
     TextFileDocuments,
+    TokenizerSample,
     build_eval_batches,
     count_text_documents,
     held_out_positions,
-    spread_documents,
 )
 from .embedded_datasets import (
     embedded_news_pretraining_texts,
@@ -34,6 +33,7 @@ from .embedded_datasets import (
 )
 from .model_utils import MODEL_PRESETS, load_model, model_from_config
 from .modeling_xlnet_lite import XLNetLiteLMHeadModel
+from .objectives import make_collator, objective_config
 from .tokenization_xlnet_lite import load_tokenizer, train_tokenizer
 
 # The embedded corpora, each without the validation and test texts of its downstream task (finetune/run_glue.py
@@ -127,10 +127,16 @@ def cache_dir(args) -> Path:
     return Path(args.token_store_cache_dir) if args.token_store_cache_dir else token_store.default_cache_dir()
 
 
+def characters(n: int) -> str:
+    """'12.3M characters', or '4,210 characters' below 100,000."""
+    return f"{n / 1e6:.1f}M characters" if n >= 100_000 else f"{n:,} characters"
+
+
 def get_tokenizer(args, train_docs, accelerator):
     """The run's tokenizer, also saved as output_dir/tokenizer (which a resumed run loads): that of --token_store,
-    --tokenizer_name, the tokenizer of --model_name_or_path, or a Unigram tokenizer trained on documents spread
-    over the corpus (by the main process, once per corpus and settings: kept in the cache)."""
+    --tokenizer_name, the tokenizer of --model_name_or_path, or a Unigram tokenizer trained on at most
+    --tokenizer_train_characters of text spread over the corpus (`TokenizerSample`: read as the trainer asks, never
+    held whole), by the main process, once per corpus and settings: kept in the cache."""
     path = Path(args.output_dir, "tokenizer")
     if Path(path, "tokenizer.json").is_file():
         return load_tokenizer(path)
@@ -140,6 +146,12 @@ def get_tokenizer(args, train_docs, accelerator):
         return load_tokenizer(args.tokenizer_name)
     if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
         return load_tokenizer(args.model_name_or_path)
+    sample = TokenizerSample(
+        train_docs,
+        args.tokenizer_train_characters,
+        max_documents=args.tokenizer_train_documents,
+        text_column=args.text_column,
+    )
     key = {
         "corpus": corpus_fingerprint(args, train_docs, "train"),
         "vocab_size": args.vocab_size,
@@ -147,16 +159,23 @@ def get_tokenizer(args, train_docs, accelerator):
         "spread": True,
         "text_column": args.text_column,
     }
+    if not sample.whole_corpus_fits():  # a corpus under the character cap keeps its key: the cap took nothing from it
+        key["characters"] = args.tokenizer_train_characters
 
     def train(final: Path):
         check_text_files(args)
-        texts = spread_documents(train_docs, args.tokenizer_train_documents, text_column=args.text_column)
+        where = f"spread evenly over the corpus's {characters(sample.measure()[1])}" if sample.spread else "the first"
         accelerator.print(
-            f"training a {args.vocab_size}-piece Unigram tokenizer on {len(texts):,} training documents "
-            + ("(the first of the stream)" if args.streaming else "spread evenly over the corpus")
+            f"training a {args.vocab_size}-piece Unigram tokenizer on at most "
+            f"{characters(args.tokenizer_train_characters)} of text, {where}"
         )
         tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        tokenizer = train_tokenizer(texts, vocab_size=args.vocab_size)
+        tokenizer = train_tokenizer(sample, vocab_size=args.vocab_size)
+        accelerator.print(
+            f"tokenizer trained on {sample.documents:,} training documents "
+            + ("spread evenly over the corpus" if sample.spread else "(the first of the stream)")
+            + f": {characters(sample.characters)} of text"
+        )
         training.crash_point("tokenizer_trained")
         tokenizer.save_pretrained(tmp)
         training.replace_folder(tmp, final)
@@ -250,7 +269,7 @@ def corpus_name(args, *, validation=False) -> str:
 
 
 def build_data(args, tokenizer, store, accelerator):
-    """The training stream, its collator and the fixed validation batches, read from the token store."""
+    """The training stream, the collator of --objective and the fixed validation batches, read from the token store."""
     stream_kw = dict(
         seq_len=args.seq_len,
         reuse_len=args.reuse_len,
@@ -262,8 +281,10 @@ def build_data(args, tokenizer, store, accelerator):
         stream = PretrainingStream(
             store.split("train"), tokenizer, batch_size=args.per_device_train_batch_size, seed=args.seed, **stream_kw
         )
-    collator = DataCollatorForXLNetPretraining(
+    collator = make_collator(
+        args.objective,
         tokenizer,
+        mlm_probability=args.mlm_probability,
         plm_probability=args.plm_probability,
         max_span_length=args.max_span_length,
         reuse_len=args.reuse_len,
@@ -291,8 +312,8 @@ def build_data(args, tokenizer, store, accelerator):
 
 def build_model(args, tokenizer):
     """XLNetLiteLMHeadModel: --model_name_or_path (converted if it is transformers' XLNet), --config_name or the
-    --model_size preset; --dropout and the pretraining data settings on its config (a loaded model's own dropout is
-    replaced by --dropout, as the finetuning recipe does)."""
+    --model_size preset; --dropout, the pretraining data settings and --objective's attention on its config (a loaded
+    model's own dropout is replaced by --dropout, as the finetuning recipe does)."""
     # mem_len 0 is no memory here; the model itself (as transformers' XLNet) would keep every step's states
     data_fields = dict(
         mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, use_mems_train=args.mem_len > 0
@@ -312,7 +333,7 @@ def build_model(args, tokenizer):
                 eos_token_id=tokenizer.sep_token_id,
             )
         )
-    for key, value in data_fields.items():
+    for key, value in {**data_fields, **objective_config(args.objective)}.items():
         setattr(model.config, key, value)
     model.config.check_fields()
     if model.config.vocab_size < len(tokenizer):
@@ -324,7 +345,7 @@ def build_model(args, tokenizer):
 
 @torch.no_grad()
 def evaluate(model, eval_batches, accelerator, *, with_memory):
-    """Validation PLM loss over consecutive batches, carrying the mems from one to the next or not."""
+    """Validation loss of the objective over consecutive batches, carrying the mems from one to the next or not."""
     model.eval()
     total, count, mems = torch.zeros((), device=accelerator.device), torch.zeros((), device=accelerator.device), None
     for batch in eval_batches:
