@@ -64,8 +64,13 @@ class PretrainingArguments(training.RecipeArguments):
     )
     tokenizer_name: str | None = flag(None, "Tokenizer folder or Hub id (default: trained on the corpus).")
     vocab_size: int = flag(8000, "Pieces of the tokenizer trained on the corpus.")
+    tokenizer_train_characters: int = flag(
+        50_000_000,
+        "Train the tokenizer on at most N characters of text spread evenly over the corpus, read as the trainer asks "
+        '(a stream: its first N); every embedded corpus fits whole (benchmarks/RESULTS.md, "Data scale").',
+    )
     tokenizer_train_documents: int = flag(
-        100000, "Train the tokenizer on N documents spread over the corpus (a stream: its first N)."
+        100000, "...and on at most N documents spread over the corpus (a stream: its first N)."
     )
     dropout: float = flag(
         0.0, "Dropout, also replacing that of a loaded model (0 pretrains better in one pass: benchmarks/RESULTS.md)."
@@ -129,7 +134,8 @@ class PretrainingArguments(training.RecipeArguments):
     STATIC_SHAPES = True  # B x seq_len batches, a memory of mem_len from the second step on
     RESUME_MUST_MATCH = training.RecipeArguments.RESUME_MUST_MATCH + (
         *("model_size", "config_name", "model_name_or_path", "tokenizer_name", "vocab_size"),
-        *("tokenizer_train_documents", "dropout", "train_file", "validation_file", "embedded_corpus"),
+        *("tokenizer_train_documents", "tokenizer_train_characters", "dropout", "train_file", "validation_file"),
+        "embedded_corpus",
         *("dataset_name", "dataset_config_name", "text_column", "token_store", "seq_len", "reuse_len", "mem_len"),
         *("perm_size", "plm_probability", "max_span_length", "bi_data", "lr_scheduler_type", "objective"),
         "mlm_probability",
@@ -164,8 +170,9 @@ def check_args(args: PretrainingArguments):
     for name in ("max_steps", "eval_steps", "max_span_length", "vocab_size", "eval_batches"):
         if getattr(args, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.tokenizer_train_documents < 1:
-        problems.append(f"--tokenizer_train_documents must be >= 1, got {args.tokenizer_train_documents}")
+    for name in ("tokenizer_train_documents", "tokenizer_train_characters"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.train_file and args.dataset_name:
         problems.append("pass only one of --train_file or --dataset_name")
     if args.token_store and (args.train_file or args.dataset_name or args.tokenizer_name):
