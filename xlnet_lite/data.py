@@ -182,6 +182,123 @@ def spread_documents(documents, limit: int, *, text_column: str = "text") -> lis
     return list(itertools.islice(documents, limit))
 
 
+def _iter_texts(documents, text_column: str) -> Iterator[str]:
+    """The texts of a corpus in order, one at a time (a `datasets.Dataset` read in batches)."""
+    if hasattr(documents, "column_names") and hasattr(documents, "num_rows"):
+        for batch in documents.iter(batch_size=1000):
+            yield from batch[text_column]
+    elif hasattr(documents, "column_names"):  # a stream
+        for row in documents:
+            yield row[text_column]
+    else:
+        yield from documents
+
+
+def _is_spread_position(i: int, n: int, limit: int) -> bool:
+    """Whether document i is one of `spread_documents`' positions j * n // limit (j < limit) of n > limit documents."""
+    j = -(-i * limit // n)  # the smallest j with j * n // limit >= i
+    return j < limit and j * n // limit == i
+
+
+class TokenizerSample:
+    """The texts a tokenizer is trained on: at most `max_characters` characters (and at most `max_documents`
+    documents) of a corpus, drawn evenly over it and read as the trainer asks for them, so that memory holds the text
+    in flight, never the sample or the corpus.
+
+    A corpus of known size (a list, a `datasets.Dataset`, `TextFileDocuments`) is measured first (one pass: documents
+    and characters). Where `max_documents` is below its document count, the candidates are `spread_documents`'
+    positions; where the candidates' text fits under `max_characters`, they are the sample, in order (as
+    `spread_documents` gives them). Otherwise documents are taken at an even rate of text (max_characters over the
+    candidates' characters): a document is taken when the text taken so far is at most that share of the text passed,
+    whatever its own length, so long and short documents are as likely, and every part of the corpus is sampled. No
+    more than `max_characters` characters are taken (a document that would pass the cap is cut). A stream gives its
+    first documents, up to the caps (the last one cut to fill the character cap).
+
+    After an iteration, `documents` and `characters` say what it read; `spread` is False for a stream.
+    """
+
+    def __init__(self, documents, max_characters: int, *, max_documents: int | None = None, text_column: str = "text"):
+        if max_characters < 1:
+            raise ValueError(f"max_characters must be >= 1, got {max_characters}")
+        if max_documents is not None and max_documents < 1:
+            raise ValueError(f"max_documents must be >= 1, got {max_documents}")
+        self.corpus, self.text_column = documents, text_column
+        self.max_characters, self.max_documents = max_characters, max_documents
+        self.spread = isinstance(documents, (Sequence, TextFileDocuments)) or hasattr(documents, "num_rows")
+        self.documents = self.characters = 0
+        self._measured = None
+
+    def characters_bound(self) -> int | None:
+        """An upper bound on the corpus's characters known without reading it (a list: its exact count; a text file:
+        its size in bytes; a Dataset: the UTF-8 bytes of its table's text column), None for a stream."""
+        documents = self.corpus
+        if isinstance(documents, TextFileDocuments):
+            return documents.path.stat().st_size
+        if isinstance(documents, Sequence):
+            return sum(len(t) for t in documents)
+        if hasattr(documents, "num_rows"):
+            import pyarrow.compute as pc
+
+            column = documents.data.column(self.text_column)
+            return int(pc.sum(pc.binary_length(column)).as_py() or 0)
+        return None
+
+    def whole_corpus_fits(self) -> bool:
+        """Whether the character cap is known, without reading the corpus, to keep all of it (the sample then being
+        `spread_documents(corpus, max_documents)`)."""
+        bound = self.characters_bound()
+        return bound is not None and bound <= self.max_characters
+
+    def measure(self) -> tuple[int, int]:
+        """(documents, characters) of the candidates (all documents, or `max_documents` spread over them); one pass
+        over the corpus (two when max_documents is below its document count). Not for a stream."""
+        if self._measured is None:
+            n = total = 0
+            for text in _iter_texts(self.corpus, self.text_column):
+                n, total = n + 1, total + len(text)
+            if self.max_documents is not None and n > self.max_documents:
+                total = sum(
+                    len(text)
+                    for i, text in enumerate(_iter_texts(self.corpus, self.text_column))
+                    if _is_spread_position(i, n, self.max_documents)
+                )
+            self._measured = (n, total)
+        return self._measured
+
+    def __iter__(self) -> Iterator[str]:
+        self.documents = self.characters = 0
+        for text in self._texts():
+            self.documents += 1
+            self.characters += len(text)
+            yield text
+
+    def _texts(self) -> Iterator[str]:
+        cap, limit = self.max_characters, self.max_documents
+        texts = _iter_texts(self.corpus, self.text_column)
+        if not self.spread:
+            taken = 0
+            for text in itertools.islice(texts, limit):
+                piece = text[: cap - taken]
+                taken += len(piece)
+                yield piece
+                if taken >= cap:
+                    return
+            return
+        n, total = self.measure()
+        if limit is not None and n > limit:
+            texts = (text for i, text in enumerate(texts) if _is_spread_position(i, n, limit))
+        if total <= cap:
+            yield from texts
+            return
+        rate, passed, taken = cap / total, 0, 0
+        for text in texts:
+            if taken <= rate * passed and taken < cap:
+                piece = text[: cap - taken]
+                taken += len(piece)
+                yield piece
+            passed += len(text)
+
+
 # A sentence ends at a line break, or at . ! ? (optionally followed by a closing quote or
 # bracket) followed by whitespace.
 _SENTENCE_END = re.compile(r"\s*\n\s*|(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+")
