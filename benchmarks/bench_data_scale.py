@@ -1,19 +1,29 @@
-"""Pretraining corpora of growing size: tokenization time, token store size, peak RSS, time to the first step.
+"""Pretraining corpora of growing size: tokenization time, token store size, peak RSS, time to the first step; and the
+tokenizer's quality against the size of its training sample.
 
-    python -m benchmarks.bench_data_scale [--sizes_mb 50 500 2000] [--work_dir /tmp/xlnet_lite_data_scale]
-                                          [--out benchmarks/results/data_scale.json] [--old_commit REV]
+    python -m benchmarks.bench_data_scale [--sizes_mb 50 500 2000] [--kinds short long]
+                                          [--work_dir /tmp/xlnet_lite_data_scale] [--old_commit REV]
+                                          [--out benchmarks/results/data_scale.json] [--steps 50] [--no_prepare]
+                                          [--extra_args "--model_size tiny --vocab_size 2000"]
+    python -m benchmarks.bench_data_scale --tokenizer_quality_mb 0.5 1 2 4 8 16 [--quality_corpora ...] --out F.json
 
-For each size, a text file of that many MB is made on the fly from the embedded 20 Newsgroups training text, repeated
-(documents separated by blank lines), and removed afterwards. Then, each a fresh process of pretrain/run_pretraining.py
-with the recipe's defaults and 50 steps:
+For each kind and size, a text file of that many MB is made on the fly from the embedded 20 Newsgroups training text,
+repeated (documents separated by blank lines), and removed afterwards: its messages (kind "short", ~1.4 KB a document)
+or the messages joined into ~15 KB documents (kind "long", as story collections or transcripts). Then, each a fresh
+process of pretrain/run_pretraining.py with the recipe's defaults (and --extra_args) and --steps steps:
   - `--prepare_only` with 1 tokenizing process (the default) and with 2, each into an empty cache: tokenization time,
-    store size;
-  - a first run (empty cache: tokenizer, store, 50 steps) and a second run on the same corpus with another output
+    store size (left out with --no_prepare);
+  - a first run (empty cache: tokenizer, store, the steps) and a second run on the same corpus with another output
     folder (the cache kept): peak RSS of the pretraining process (its own maximum resident set, read by the process
-    at exit; the tokenizing workers are separate processes, reported apart), and the seconds from the process start to
-    its "data:" line (the stream and the validation batches built, the first step next).
+    at exit; the tokenizing workers are separate processes, reported apart), its resident and anonymous memory every
+    2 s, and the seconds from the process start to its "data:" line (the stream and the validation batches built, the
+    first step next).
 With --old_commit, the first run is repeated with the recipe of that commit (checked out into the work folder) for a
 side-by-side of the in-memory pipeline.
+
+--tokenizer_quality_mb instead trains tokenizers (as the recipe does: TokenizerSample, train_tokenizer) on samples of
+that many million characters of the embedded corpora, 10% of their messages held out, and reports the tokens per
+character and the unigram loss per character of the held-out text, with the training seconds and memory.
 """
 
 from __future__ import annotations
