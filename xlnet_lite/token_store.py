@@ -253,18 +253,24 @@ def write_token_store(
     meta["build_seconds"] = round(time.perf_counter() - start, 3)
     start = time.perf_counter()
     meta.update(algorithm=integrity.ALGORITHM, chunk_bytes=chunk_bytes)
-    meta["files"] = {
-        str(file.relative_to(tmp)): {
-            "size": file.stat().st_size,
-            "chunks": integrity.chunk_digests(file, chunk_bytes),
-        }
-        for file in sorted(tmp.rglob("*"))
-        if file.is_file()
-    }  # hashed as just written, from the page cache
+    meta["files"] = hash_files(tmp, chunk_bytes)  # as just written, from the page cache
     meta["hash_seconds"] = round(time.perf_counter() - start, 3)
     (tmp / STORE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     replace_folder(tmp, path)  # fsyncs every file, then one rename
     return TokenStore(path)
+
+
+def hash_files(folder: Path, chunk_bytes: int = integrity.CHUNK_BYTES) -> dict:
+    """store.json's "files": the size and per-chunk hashes of every file under `folder` but store.json."""
+    folder = Path(folder)
+    files = [file for file in sorted(folder.rglob("*")) if file.is_file() and file != folder / STORE_FILE]
+    return {
+        str(file.relative_to(folder)): {
+            "size": file.stat().st_size,
+            "chunks": integrity.chunk_digests(file, chunk_bytes),
+        }
+        for file in files
+    }
 
 
 def _write_split(folder: Path, name: str, documents, encoder: _Encoder, *, dtype, text_column, chunk_documents, log):
