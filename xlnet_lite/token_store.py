@@ -20,10 +20,12 @@ same way; the lock also covers separate runs).
 
 The store proves its bytes: `TokenStore.verify` hashes every file chunk by chunk (64 MiB chunks by default, xxh3-128 as
 checkpoint manifests use) against store.json and names the first damaged file and chunk (`StoreDamage`, one line); a
-token id at or above the vocabulary is damage too. Checking is cheap beside what a run does with a store before its
-first step (reading every training token once for the unigram baseline): benchmarks/RESULTS.md "Data scale". A
-damaged entry of the cache is removed and built again (`cached_folder`'s `verify`). Format 2 added the hashes: a
-store of format 1 is not opened, and the cache builds the store again under its new key.
+token id at or above the vocabulary is damage too. A run checks the whole store before its first step, at any size:
+hashing costs a small part of what the run reads before that step anyway (every training token, once, for the
+unigram baseline), so checking each chunk only when the stream first reads it would save little
+(benchmarks/RESULTS.md "Data scale"). A damaged entry of the cache is removed and built again (`cached_folder`'s
+`verify`). Format 2 added the hashes: a store of format 1 is not opened, and the cache builds the store again under
+its new key.
 
 Tokenization runs in `num_proc` worker processes over chunks of documents, at most a few chunks in flight, so the
 text is never held whole: nanoGPT writes a uint16 `train.bin` the same way, litdata and Megatron-LM index binary
