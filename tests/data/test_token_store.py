@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from xlnet_lite import token_store
+from xlnet_lite import integrity, token_store
 from xlnet_lite.data import (
     PretrainingStream,
     RowBounds,
@@ -238,7 +238,7 @@ def test_held_out_documents_of_a_file(tmp_path):
 BUILD = """
 import sys
 from pathlib import Path
-from xlnet_lite import token_store
+from xlnet_lite import integrity, token_store
 from xlnet_lite.data import TextFileDocuments
 sys.path.insert(0, {tests!r})
 from test_token_store import word_tokenizer
@@ -394,3 +394,24 @@ def test_a_damaged_cache_entry_is_named_once_removed_and_built_again(tokenizer, 
     )
     open_cached()
     assert len(builds) == 2 and len(lines) == 1
+
+
+def test_chunk_hashes_name_the_first_changed_chunk_of_a_file(tmp_path):
+    """integrity.first_changed_chunk: None for the file as hashed; the chunk of a flipped byte; for a file grown or
+    cut, the first chunk that is not as recorded; an empty file is one chunk."""
+    path = tmp_path / "f"
+    whole = bytes(range(250)) * 4  # 1000 bytes: 10 chunks of 100
+    path.write_bytes(whole)
+    chunks = integrity.chunk_digests(path, 100)
+    assert len(chunks) == 10 and integrity.first_changed_chunk(path, chunks, 100) is None
+    flip_byte(path, 555)
+    assert integrity.first_changed_chunk(path, chunks, 100) == 5
+    for grown in (whole + b"x", whole + bytes(100)):
+        path.write_bytes(grown)
+        assert integrity.first_changed_chunk(path, chunks, 100) == 10  # one chunk more than recorded
+    path.write_bytes(whole[:768])
+    assert integrity.first_changed_chunk(path, chunks, 100) == 7
+    path.write_bytes(whole[:900])
+    assert integrity.first_changed_chunk(path, chunks, 100) == 9  # a chunk fewer
+    path.write_bytes(b"")
+    assert len(integrity.chunk_digests(path, 100)) == 1 and integrity.first_changed_chunk(path, chunks, 100) == 0
