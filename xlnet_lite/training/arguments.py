@@ -78,6 +78,14 @@ class RecipeArguments:
             "rest run faster (benchmarks/RESULTS.md, model speed)."
         },
     )
+    process_group_timeout: float = field(
+        default=300.0,
+        metadata={
+            "help": "Seconds a process of a multi-process run waits for the others at a step before the run stops "
+            "with one line (a process or node that died or hangs); preparing the data (tokenizing the corpus on "
+            "the main process while the others wait) keeps torch's 30 minutes, or this if longer."
+        },
+    )
     skip_nonfinite: bool = field(
         default=False, metadata={"help": "Skip optimizer steps whose loss is NaN/inf (default: stop)."}
     )
@@ -119,6 +127,7 @@ class RecipeArguments:
         "hub_model_id",
         "hub_token",
         "torch_compile",
+        "process_group_timeout",
     )
 
 
@@ -181,6 +190,8 @@ def check_common_args(args: RecipeArguments):
     ):
         if getattr(args, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if not args.process_group_timeout > 0:
+        problems.append(f"--process_group_timeout must be > 0 seconds, got {args.process_group_timeout}")
     if args.learning_rate <= 0:
         problems.append(f"--learning_rate must be > 0, got {args.learning_rate}")
     if args.num_warmup_steps < 0 or args.checkpointing_steps < 0 or args.max_grad_norm < 0 or args.weight_decay < 0:

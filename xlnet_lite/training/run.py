@@ -5,8 +5,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import datetime
 import logging
 import os
+import re
 import shutil
 import signal
 from collections.abc import Iterable
@@ -70,6 +72,7 @@ def set_up_run(cls, argv, *, check, outputs, description=None):
     check(args)
     release_output_lock()  # of a run that ended before, in this process
     _MULTI_PROCESS_RUN.clear()
+    _RUN_SETTINGS.update(timeout=args.process_group_timeout, checkpoints=Path(args.output_dir, "checkpoints"))
     accelerator = make_accelerator(args)
     take_output_lock(args.output_dir, accelerator)
     checkpoints = Checkpoints(accelerator, args.output_dir, args.save_total_limit)
@@ -129,14 +132,29 @@ class _DropSharedTensorNote(logging.Filter):
         return "Removed shared tensor" not in record.getMessage()
 
 
+# How long the processes wait for each other while the data is prepared (the main process tokenizes the corpus while
+# the others wait: minutes on a large corpus): torch's own default for gloo. Training then waits
+# --process_group_timeout (`prepare`).
+PREPARATION_TIMEOUT_S = 1800.0
+
+
 def make_accelerator(args: RecipeArguments):
     from accelerate import Accelerator
-    from accelerate.utils import TorchDynamoPlugin
+    from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
     device_type = launch_device_type()
     precision, why = resolve_precision(args.mixed_precision, device_type)
-    kwargs = {"gradient_accumulation_steps": args.gradient_accumulation_steps, "mixed_precision": precision}
+    timeout = (
+        args.process_group_timeout
+        if _set_pg_timeout() is None
+        else max(args.process_group_timeout, PREPARATION_TIMEOUT_S)
+    )
+    kwargs = {
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "mixed_precision": precision,
+        "kwargs_handlers": [InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=timeout))],
+    }
     if args.with_tracking:
         kwargs.update(log_with=args.report_to, project_dir=args.output_dir)
     if args.torch_compile:
@@ -183,6 +201,9 @@ def bad_input(name: str):
         raise RecipeError(f"{name}: {error}") from error
 
 
+# The running recipe's --process_group_timeout and checkpoints folder (for `prepare` and `exit_on_recipe_error`).
+_RUN_SETTINGS: dict = {}
+
 # What `prepare` returned in a multi-process run (the DDP-wrapped model above all), kept until `exit_on_recipe_error`
 # ends the process.
 _MULTI_PROCESS_RUN: list = []
@@ -190,11 +211,26 @@ _MULTI_PROCESS_RUN: list = []
 
 def prepare(accelerator, *objects):
     """`accelerator.prepare(*objects)`; in a multi-process run the prepared objects are also kept for the life of the
-    process (see `exit_on_recipe_error`)."""
+    process (see `exit_on_recipe_error`), and from here on the processes wait --process_group_timeout for each other
+    instead of the preparation's longer limit (`PREPARATION_TIMEOUT_S`)."""
     prepared = accelerator.prepare(*objects)
     if accelerator.num_processes > 1:
         _MULTI_PROCESS_RUN.append(prepared)
+        timeout = _RUN_SETTINGS.get("timeout")
+        set_timeout = _set_pg_timeout()
+        if timeout is not None and set_timeout is not None and torch.distributed.is_initialized():
+            set_timeout(datetime.timedelta(seconds=timeout))
     return prepared
+
+
+def _set_pg_timeout():
+    """torch's (private) setter of a live process group's timeout, or None where this torch has none (the whole run
+    then waits --process_group_timeout)."""
+    return (
+        getattr(torch.distributed.distributed_c10d, "_set_pg_timeout", None)
+        if torch.distributed.is_available()
+        else None
+    )
 
 
 def exit_on_recipe_error(main, argv, prog):
@@ -213,10 +249,13 @@ def exit_on_recipe_error(main, argv, prog):
     except (RecipeError, FileNotFoundError, FloatingPointError, SaveError) as error:
         sys.stderr.write(f"{prog}: error: {error}\n")
         code = 1 if isinstance(error, (FloatingPointError, SaveError)) else 2
-    except Exception:
+    except Exception as error:
         if not _MULTI_PROCESS_RUN:
             raise
-        traceback.print_exc()
+        if (lost := lost_process(error)) is not None:
+            sys.stderr.write(f"{prog}: error: {lost}\n")
+        else:
+            traceback.print_exc()
         code = 1
     release_output_lock()
     if _MULTI_PROCESS_RUN:
@@ -226,6 +265,25 @@ def exit_on_recipe_error(main, argv, prog):
     if code:
         sys.exit(code)
     return result
+
+
+# What torch's gloo and NCCL backends say when a collective's peer is gone (killed, its node down) or never answers.
+_LOST_PEER = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer", "NCCL", "Broken pipe")
+
+
+def lost_process(error: Exception) -> str | None:
+    """The one line for a collective that failed because another process of the run died or stopped answering (a
+    killed process, a node gone, a hang), or None for any other error."""
+    text = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if not (isinstance(error, getattr(torch.distributed, "DistError", ())) or any(s in text for s in _LOST_PEER)):
+        return None
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". ")[0].rstrip(".")  # gloo's "[file.cc:123] what. Hint..."
+    where = _RUN_SETTINGS.get("checkpoints")
+    return (
+        f"lost contact with another process of this run ({text[:160]}): a process or its node stopped, or did not "
+        f"answer within --process_group_timeout {_RUN_SETTINGS.get('timeout', '?'):g} s; resume with "
+        "--resume_from_checkpoint latest" + (f" (checkpoints in {where})" if where else "")
+    )
 
 
 @dataclass
