@@ -399,6 +399,7 @@ def cached_folder(
             return path
         log(f"warning: {warned}; removing {path} from the cache and building it again")
     with _locked(cache_dir / f".{name}.lock", waiting=f"waiting for another process to finish {path}", log=log):
+        damage = None
         if is_complete(path):
             damage = _damage(verify, path)  # another process may have built it again meanwhile
             if damage is None:
@@ -407,7 +408,9 @@ def cached_folder(
                 log(f"warning: {damage}; removing {path} from the cache and building it again")
         for stale in cache_dir.glob(f".{name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        if path.exists():  # incomplete (not written by this module) or damaged: replace it
+        if path.exists():  # incomplete (not written by this module, or its store.json changed) or damaged
+            if damage is None:
+                log(f"warning: {path} is not complete; removing it from the cache and building it again")
             shutil.rmtree(path)
         build(path)
     return path
@@ -441,6 +444,6 @@ def _locked(lock_path: Path, *, waiting: str, log: Callable):
 def is_token_store(path: Path) -> bool:
     try:
         TokenStore(path)
-    except (ValueError, OSError):
+    except (ValueError, OSError, KeyError, TypeError):  # TypeError, KeyError: a store.json that lacks a field
         return False
     return True

@@ -362,10 +362,11 @@ def test_a_store_of_the_format_before_hashes_is_not_opened(tokenizer, tmp_path):
     assert not token_store.is_token_store(store.path)
 
 
-@pytest.mark.parametrize("damaged", ["train.tokens", "train.sentence_ends"])
+@pytest.mark.parametrize("damaged", ["train.tokens", "train.sentence_ends", "store.json"])
 def test_a_damaged_cache_entry_is_named_once_removed_and_built_again(tokenizer, tmp_path, damaged):
-    """A flipped byte in a cached store: one warning line naming the file, the folder removed and built again (the
-    same tokens as before the damage); the next open finds it whole and builds nothing."""
+    """A flipped byte in a cached store (or a token count changed in its store.json): one warning line naming the
+    file (the folder), the folder removed and built again (the same tokens as before the damage); the next open finds
+    it whole and builds nothing."""
     builds, lines = [], []
 
     def build(path):
@@ -384,10 +385,18 @@ def test_a_damaged_cache_entry_is_named_once_removed_and_built_again(tokenizer, 
 
     path = open_cached()
     tokens = np.asarray(token_store.TokenStore(path).split("train").tokens).copy()
-    flip_byte(path / damaged, (path / damaged).stat().st_size // 2)
+    if damaged == "store.json":
+        meta = json.loads((path / damaged).read_text())
+        meta["splits"]["train"]["tokens"] += 1
+        (path / damaged).write_text(json.dumps(meta))
+    else:
+        flip_byte(path / damaged, (path / damaged).stat().st_size // 2)
     assert open_cached() == path and len(builds) == 2
-    assert len(lines) == 1 and lines[0].startswith(f"warning: {path / damaged}: chunk "), lines
-    assert f"removing {path} from the cache and building it again" in lines[0]
+    if damaged == "store.json":
+        assert lines == [f"warning: {path} is not complete; removing it from the cache and building it again"]
+    else:
+        assert len(lines) == 1 and lines[0].startswith(f"warning: {path / damaged}: chunk "), lines
+        assert f"removing {path} from the cache and building it again" in lines[0]
     assert (
         token_store.TokenStore(path).verify()
         and (np.asarray(token_store.TokenStore(path).split("train").tokens) == tokens).all()
