@@ -244,3 +244,23 @@ def test_streaming_source_matches_in_memory(tokenizer):
     a = PretrainingStream(texts, tokenizer, **kwargs).next_batch()
     b = PretrainingStream(tokenize_documents(ds.to_iterable_dataset(), tokenizer), tokenizer, **kwargs).next_batch()
     assert all((x["input_ids"] == y["input_ids"]).all() for x, y in zip(a, b))
+
+
+def test_encode_documents_in_batches_of_text_gives_the_same_stream(tokenizer, monkeypatch):
+    """encode_documents encodes a chunk's sentences ENCODE_BATCH_CHARACTERS of text at a time (a chunk of long
+    documents would otherwise hold the tokenizers library's encodings of all of it): any batch size, down to one
+    sentence a batch, gives the same tokens and sentence lengths, empty documents and sentences dropped as before."""
+    import xlnet_lite.data as data
+
+    texts = ["w1 w2. w3 w4!\nw5", "", "w6", "  \n ", "w7 w8 w9. w10.\n\nw11"] * 3
+    whole = data.encode_documents(texts, tokenizer)
+    calls = []
+    encode = data._encode_without_special_tokens
+    monkeypatch.setattr(data, "_encode_without_special_tokens", lambda t, s: calls.append(len(s)) or encode(t, s))
+    for size in (1, 7, 30):
+        calls.clear()
+        monkeypatch.setattr(data, "ENCODE_BATCH_CHARACTERS", size)
+        tokens, lengths = data.encode_documents(texts, tokenizer)
+        assert np.array_equal(tokens, whole[0]) and np.array_equal(lengths, whole[1]), size
+        assert len(calls) > 1 and (size > 1 or max(calls) == 1), calls
+    assert data.encode_documents([], tokenizer)[0].size == 0
