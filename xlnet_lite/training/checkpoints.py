@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -83,11 +84,37 @@ def flag_differences(args: RecipeArguments, saved_flags: dict) -> list[str]:
     ]
 
 
-def check_resume(args: RecipeArguments, checkpoint: Path):
-    """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference."""
+def resplittable(checkpoint: Path) -> bool:
+    """Whether the checkpoint's data state re-splits over another number of processes (a pretraining stream's: see
+    `resplit_rank_states`); others resume under their own number of processes only."""
+    state = read_json(checkpoint / "rank0_state.json")
+    return isinstance(state, dict) and isinstance(state.get("stream"), dict) and "layout" in state["stream"]
+
+
+def check_resume(args: RecipeArguments, checkpoint: Path, *, num_processes: int | None = None):
+    """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference. Under
+    another number of processes a re-splittable checkpoint resumes at the same global batch
+    (--per_device_train_batch_size x processes), its per-process batch changed to keep it."""
     state = read_json(checkpoint / "trainer_state.json") or {}
     saved = state.get("flags", {})
     differences = flag_differences(args, saved)
+    before = state.get("num_processes")
+    if num_processes not in (None, before) and before and resplittable(checkpoint):
+        batch = "--per_device_train_batch_size"
+        differences = [d for d in differences if not d.startswith(f"{batch}:")]
+        rows = saved.get("per_device_train_batch_size", args.per_device_train_batch_size) * before
+        now = args.per_device_train_batch_size
+        if now * num_processes != rows:
+            per_process, halves = rows // num_processes, 2 if getattr(args, "bi_data", False) else 1
+            hint = (
+                f"pass {batch} {per_process}"
+                if rows % num_processes == 0 and per_process % halves == 0
+                else f"{rows} rows do not split evenly over {num_processes} processes"
+            )
+            differences.append(
+                f"the global batch ({batch} x processes) is {rows // before} x {before} = {rows} in the checkpoint, "
+                f"{now} x {num_processes} = {now * num_processes} now ({hint})"
+            )
     if differences:
         raise RecipeError(
             f"cannot resume from {checkpoint}: "
@@ -98,7 +125,7 @@ def check_resume(args: RecipeArguments, checkpoint: Path):
 
 def check_resume_model(checkpoint: Path, model_fields: dict, *, num_processes: int):
     """After the model is built (before tokenizing the data): its shape, vocabulary and task must be the
-    checkpoint's, and so must the number of processes (each rank's data position is saved)."""
+    checkpoint's, and so must the number of processes unless the checkpoint's data state re-splits (`resplittable`)."""
     state = read_json(checkpoint / "trainer_state.json") or {}
     saved = state.get("model", {})
     differences = [
@@ -106,7 +133,7 @@ def check_resume_model(checkpoint: Path, model_fields: dict, *, num_processes: i
         for k, v in model_fields.items()
         if k in saved and saved[k] != v
     ]
-    if state.get("num_processes", num_processes) != num_processes:
+    if state.get("num_processes", num_processes) != num_processes and not resplittable(checkpoint):
         differences.append(f"processes: {state['num_processes']} in the checkpoint, {num_processes} now")
     if differences:
         raise RecipeError(f"cannot resume from {checkpoint}: " + "; ".join(differences))
@@ -234,8 +261,28 @@ class Checkpoints:
         )
 
     def load(self, path: Path, *, device) -> tuple[dict, dict, dict]:
-        """(trainer_state, this rank's state, this rank's tensors) after accelerator.load_state."""
+        """(trainer_state, this rank's state, this rank's tensors) after accelerator.load_state. A checkpoint of
+        another number of processes (`resplittable`) is re-split for this one (`resplit_rank_states`), the learning
+        rate schedule's position converted (a prepared scheduler steps once per process per optimizer step)."""
         acc = self.accelerator
+        trainer_state = json.loads((path / "trainer_state.json").read_text())
+        before = trainer_state.get("num_processes", acc.num_processes)
+        if before != acc.num_processes and resplittable(path):
+            acc.load_state(str(path))
+            _rescale_schedules(acc, before)
+            states = [json.loads((path / f"rank{q}_state.json").read_text()) for q in range(before)]
+            tensors = [
+                load_file(str(f)) if (f := path / f"rank{q}_tensors.safetensors").is_file() else {}
+                for q in range(before)
+            ]
+            rank_state, rank_tensors = resplit_rank_states(
+                states, tensors, rank=acc.process_index, num_processes=acc.num_processes
+            )
+            acc.print(
+                f"{path}: the rows of {before} process{'es' if before > 1 else ''} re-split over {acc.num_processes} "
+                "(the same global batch; the choice of B segments and of targets draws anew from here)"
+            )
+            return trainer_state, rank_state, {k: v.to(device) for k, v in rank_tensors.items()}
         rank_file = path / f"rank{acc.process_index}_state.json"
         if not rank_file.is_file():
             raise RecipeError(
@@ -243,5 +290,52 @@ class Checkpoints:
             )
         acc.load_state(str(path))
         tensors_file = path / f"rank{acc.process_index}_tensors.safetensors"
-        tensors = load_file(str(tensors_file), device=str(device)) if tensors_file.is_file() else {}
+        # read on the CPU, then moved: safetensors refuses an indexed CPU device ("cpu:0", a multi-process CPU run's)
+        tensors = {k: v.to(device) for k, v in load_file(str(tensors_file)).items()} if tensors_file.is_file() else {}
         return json.loads((path / "trainer_state.json").read_text()), json.loads(rank_file.read_text()), tensors
+
+
+def resplit_rank_states(states: list[dict], tensors: list[dict], *, rank: int, num_processes: int) -> tuple[dict, dict]:
+    """Process `rank` of `num_processes`'s (state, tensors) from those of every process of a pretraining checkpoint
+    saved by another number of processes, at the same global batch: the stream's rows re-split
+    (`PretrainingStream.resplit_state_dicts`), each memory row (`mems.{i}`, batch-first) following its stream row, and
+    the collator's generator seeded anew from the saved ones (it drew one stream per process)."""
+    from ..data import PretrainingStream
+
+    unknown = sorted({k for s in states for k in s} - {"stream", "collator"})
+    unknown += sorted({k for t in tensors for k in t if not re.fullmatch(r"mems\.\d+", k)})
+    if unknown:
+        raise RecipeError(
+            f"cannot re-split this checkpoint's per-process state {unknown} over {num_processes} processes"
+        )
+    stream, sources = PretrainingStream.resplit_state_dicts(
+        [s["stream"] for s in states], rank=rank, world_size=num_processes
+    )
+    state = {"stream": stream}
+    if "collator" in states[0]:
+        generators = [s["collator"].get("generator_state") for s in states]
+        state["collator"] = {"seed": None, "generator_state": None}
+        if generators[0] is not None:
+            digest = hashlib.sha256(json.dumps([generators, rank, num_processes]).encode()).digest()
+            seed = int.from_bytes(digest[:8], "little") >> 1
+            state["collator"] = {
+                "seed": seed,
+                "generator_state": torch.Generator().manual_seed(seed).get_state().tolist(),
+            }
+    names = sorted(tensors[0], key=lambda k: int(k.split(".")[1]))
+    resplit = {name: torch.cat([tensors[q][name][i : i + 1] for q, i in sources]) for name in names}
+    return state, resplit
+
+
+def _rescale_schedules(accelerator, before: int):
+    """A prepared scheduler steps once per process per optimizer step: its position, saved by `before` processes, in
+    steps of this run's number (the learning rates recomputed: every schedule here is a LambdaLR)."""
+    for prepared in accelerator._schedulers:
+        scheduler = getattr(prepared, "scheduler", prepared)
+        if not hasattr(scheduler, "lr_lambdas"):
+            raise RecipeError(f"cannot resume a {type(scheduler).__name__} schedule under another number of processes")
+        scheduler.last_epoch = scheduler.last_epoch // before * accelerator.num_processes
+        lrs = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+        for group, lr in zip(scheduler.optimizer.param_groups, lrs):
+            group["lr"] = lr
+        scheduler._last_lr = lrs
