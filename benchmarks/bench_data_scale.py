@@ -106,9 +106,12 @@ def sample_memory(pid: int, start: float, timeline: list, stop: threading.Event,
     while not stop.is_set():
         try:
             seconds = round(time.perf_counter() - start, 1)
-            timeline.append([seconds, round(_status_mb("VmRSS", pid)), round(_status_mb("RssAnon", pid))])
+            resident, anonymous = _status_mb("VmRSS", pid), _status_mb("RssAnon", pid)
         except OSError:
             return
+        if resident != resident or anonymous != anonymous:  # NaN: the process has exited, its status has no memory
+            return
+        timeline.append([seconds, round(resident), round(anonymous)])
         stop.wait(every)
 
 
