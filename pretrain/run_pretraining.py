@@ -369,7 +369,7 @@ def finish(run: Pretraining, *, steps):
         "max_train_minutes": args.max_train_minutes,
         "parameters": accelerator.unwrap_model(model).num_parameters(),
         "train_tokens_seen": steps * tokens_per_step(args, accelerator),
-        "corpus_tokens": run.stream.num_tokens * accelerator.num_processes,
+        "corpus_tokens": run.stream.num_tokens,
         "train_seconds": loop.elapsed,
         "tokens_per_second": float(np.median([r["tokens_per_second"] for r in trained])) if trained else None,
         "final_train_loss": trained[-1]["loss"] if trained else None,
