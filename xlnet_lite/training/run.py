@@ -267,21 +267,22 @@ def exit_on_recipe_error(main, argv, prog):
     return result
 
 
-# What torch's gloo and NCCL backends say when a collective's peer is gone (killed, its node down) or never answers.
-_LOST_PEER = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer", "NCCL", "Broken pipe")
+# What gloo says when a collective's peer is gone (killed, its node down) or never answers (NCCL raises DistError).
+_LOST_PEER = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer", "Broken pipe")
 
 
 def lost_process(error: Exception) -> str | None:
     """The one line for a collective that failed because another process of the run died or stopped answering (a
     killed process, a node gone, a hang), or None for any other error."""
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    if not (isinstance(error, getattr(torch.distributed, "DistError", ())) or any(s in text for s in _LOST_PEER)):
+    said_by_gloo = "gloo" in text and any(s in text for s in _LOST_PEER)
+    if not (isinstance(error, getattr(torch.distributed, "DistError", ())) or said_by_gloo):
         return None
     text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". ")[0].rstrip(".")  # gloo's "[file.cc:123] what. Hint..."
     where = _RUN_SETTINGS.get("checkpoints")
     return (
         f"lost contact with another process of this run ({text[:160]}): a process or its node stopped, or did not "
-        f"answer within --process_group_timeout {_RUN_SETTINGS.get('timeout', '?'):g} s; resume with "
+        f"answer within --process_group_timeout {_RUN_SETTINGS.get('timeout', PREPARATION_TIMEOUT_S):g} s; resume with "
         "--resume_from_checkpoint latest" + (f" (checkpoints in {where})" if where else "")
     )
 
