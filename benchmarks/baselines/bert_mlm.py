@@ -168,7 +168,9 @@ def pretrain_mlm(
     texts,
     tokenizer,
     *,
-    minutes,
+    minutes=None,
+    max_steps=None,
+    lr_scheduler_type="linear",
     learning_rate,
     output_dir,
     batch_size=16,
@@ -187,8 +189,10 @@ def pretrain_mlm(
     log=print,
 ) -> dict:
     """Train a BertForMaskedLM of `model_size` (a preset name, or anything `bert_config_like` takes) on `texts` for
-    `minutes` of training steps, save it and a BERT-layout copy of the tokenizer (`bert_tokenizer`) in `output_dir`,
-    and return what happened (steps, train_seconds, tokens_seen, losses, parameters, tokens_per_second).
+    `minutes` of training steps, or for `max_steps` steps under transformers' `lr_scheduler_type` schedule (as
+    `run_pretraining.py --max_steps`; the equal-compute comparison of benchmarks.objectives), save it and a BERT-layout
+    copy of the tokenizer (`bert_tokenizer`) in `output_dir`, and return what happened (steps, train_seconds,
+    tokens_seen, losses, parameters, tokens_per_second).
 
     Blocks (`mlm_blocks`) are visited in a seeded random order, epoch after epoch; masking is transformers'
     DataCollatorForLanguageModeling (seeded by `seed`); the clock is that of
@@ -196,8 +200,10 @@ def pretrain_mlm(
     the LM bias starts at the unigram log-probabilities of the maskable training tokens. `eval_texts`: MLM loss of their
     blocks at the end, under fixed masks (seed + 1), with the unigram baseline on the same targets."""
     from accelerate.utils import set_seed
-    from transformers import BertForMaskedLM
+    from transformers import BertForMaskedLM, get_scheduler
 
+    if (minutes is None) == (max_steps is None):
+        raise ValueError("pass one of minutes (a wall-clock budget) or max_steps")
     device = _device(device)
     blocks = mlm_blocks(texts, tokenizer, seq_len)
     if len(blocks) == 0:
@@ -223,16 +229,26 @@ def pretrain_mlm(
     parameters = model.num_parameters()
     log(
         f"mlm baseline: BERT {parameters / 1e6:.2f}M parameters ({config.num_hidden_layers} layers, hidden "
-        f"{config.hidden_size}); {len(blocks)} blocks of {seq_len} tokens; vocab {vocab_size}; {minutes} minutes"
+        f"{config.hidden_size}); {len(blocks)} blocks of {seq_len} tokens; vocab {vocab_size}; "
+        + (f"{minutes} minutes" if max_steps is None else f"{max_steps} steps")
     )
 
     optimizer = training.make_adamw(model, learning_rate=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
-    budget = training.TimeBudget(minutes, warmup_steps=warmup_steps, schedule="linear")
-    scheduler = training.make_budget_scheduler(optimizer, budget, num_processes=1)
+    if max_steps is None:
+        budget = training.TimeBudget(minutes, warmup_steps=warmup_steps, schedule="linear")
+        scheduler = training.make_budget_scheduler(optimizer, budget, num_processes=1)
+    else:
+        budget = None
+        scheduler = get_scheduler(
+            lr_scheduler_type, optimizer, num_warmup_steps=warmup_steps, num_training_steps=max_steps
+        )
     order = _block_order(len(blocks), batch_size, seed)
 
+    def done():
+        return budget.expired() if budget is not None else step >= max_steps
+
     step, elapsed, losses, learning_rates = 0, 0.0, [], []
-    while not budget.expired():
+    while not done():
         start = time.perf_counter()  # the step: batch, forward, backward, optimizer (as TrainLoop.elapsed)
         batch = collator(list(blocks[next(order)]))
         out = model(input_ids=batch["input_ids"].to(device), labels=batch["labels"].to(device))
@@ -247,10 +263,11 @@ def pretrain_mlm(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         elapsed += time.perf_counter() - start
-        budget.elapsed = elapsed
+        if budget is not None:
+            budget.elapsed = elapsed
         step += 1
         losses.append(loss)
-        if step % logging_steps == 0 or budget.expired():
+        if step % logging_steps == 0 or done():
             log(
                 f"step {step}: loss {np.mean(losses[-logging_steps:]):.3f}, lr {learning_rates[-1]:.2e}, {elapsed:.1f}s"
             )
@@ -351,6 +368,7 @@ def finetune_bert_classifier(
     adam_epsilon=1e-6,
     max_grad_norm=1.0,
     max_train_samples=None,
+    keep_last_epoch=False,
     device=None,
 ) -> dict:
     """Finetune a BertForSequenceClassification from a `pretrain_mlm` folder (or a random one from a BertConfig) on
@@ -358,8 +376,9 @@ def finetune_bert_classifier(
     column, ints, strings or ClassLabel, mapped as `read_labels` does). As `finetune/run_glue.py`: AdamW over
     `training.make_adamw` (eps 1e-6), linear schedule over epochs * steps, gradients clipped at 1.0, the
     batches of `SegmentCountBatchSampler` (the same batches, in the same order, as run_glue.py with this seed), the
-    validation accuracy after each epoch, the best epoch's weights (kept in memory; the first on ties) for the test
-    accuracy. `train_seconds` counts the training steps only."""
+    validation accuracy after each epoch, the best epoch's weights (kept in memory; the first on ties; the last with
+    `keep_last_epoch`, as run_glue.py's --eval_strategy no) for the test accuracy. `train_seconds` counts the training
+    steps only."""
     from accelerate.utils import set_seed
     from transformers import BertConfig, BertForSequenceClassification, get_scheduler
 
@@ -427,7 +446,7 @@ def finetune_bert_classifier(
         history.append(
             {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "eval_accuracy": score}
         )
-        if best is None or score is None or score > best["score"]:  # without validation data: the latest epoch
+        if best is None or score is None or keep_last_epoch or score > best["score"]:  # no validation: the latest
             best = {
                 "epoch": epoch + 1,
                 "score": score,

@@ -1,0 +1,381 @@
+"""What the permutation objective buys over masked and causal LM at equal compute, on the main job's text and protocol.
+
+    python -m benchmarks.objectives step_cost [--rounds 5 --steps 20]
+    python -m benchmarks.objectives pretrain ARM [ARM ...] [--budget 10]
+    python -m benchmarks.objectives finetune ARM [ARM ...] [--labels_per_class 50] [--seeds 0] [--budget 10]
+    python -m benchmarks.objectives table
+
+The arms (ARMS) train the main job's XLNet-Lite `small` on 20 Newsgroups' training text with
+`pretrain/run_pretraining.py --objective plm|mlm|clm`: the same tokenizer, token store, rows, batch (16 x 128),
+memory and optimizer; only the objective and its grid point differ. Equal compute: `step_cost` times one training
+step of each objective side by side in one process (rounds of interleaved steps, the median per objective) and
+counts its FLOPs (torch's FlopCounterMode, forward and backward); an arm of budget B minutes then trains
+`MAIN_JOB_STEPS[B] * plm_step_seconds / its_step_seconds` steps (`--max_steps`), so a run reproduces on any machine:
+3,060 steps are the permutation LM's 10 minutes in the README's main job.
+
+The grid, fixed before any test figure was seen, the same number of points per objective: the learning rate 3e-4 /
+6e-4 / 1e-3 at the recipe's defaults (a constant rate after 100 warmup steps; plm predicting a third of the tokens,
+mlm 15%); then, at the learning rate that finetunes best on validation, a linear decay, and one lever of the
+objective's own (plm: XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay). Each objective's point with the
+best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries
+are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as
+the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups). Every run is cached
+under benchmarks/runs/objectives and reused; `table` writes benchmarks/results/objectives.json and .md from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.baselines import bert_mlm
+from benchmarks.environment import environment
+
+RUNS = Path("benchmarks/runs/objectives")
+STEP_COST = Path("benchmarks/results/objectives_step_cost.json")
+TABLE = Path("benchmarks/results/objectives")
+MAIN_JOB_STEPS = {10: 3060, 30: 9180}  # the permutation LM's steps in the main job's 10 (and 30) minutes
+LEARNING_RATES = ("3e-4", "6e-4", "1e-3")
+EPOCHS = {"20": 16, "50": 8, "all": 3}
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", "--num_machines", "1"]
+LAUNCH += ["--num_cpu_threads_per_process", "2", "--dynamo_backend", "no"]
+
+
+def _arms() -> dict[str, tuple[str, list[str]]]:
+    arms = {}
+    for objective in ("plm", "mlm", "clm"):
+        for lr in LEARNING_RATES:
+            arms[f"{objective}_lr{lr}"] = (objective, ["--learning_rate", lr])
+            arms[f"{objective}_lr{lr}_linear"] = (objective, ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
+        arms[f"plm_lr{lr}_p6"] = ("plm", ["--learning_rate", lr, "--plm_probability", str(1 / 6)])
+        arms[f"mlm_lr{lr}_m30"] = ("mlm", ["--learning_rate", lr, "--mlm_probability", "0.3"])
+        arms[f"clm_lr{lr}_cosine"] = ("clm", ["--learning_rate", lr, "--lr_scheduler_type", "cosine"])
+        arms[f"bert_lr{lr}"] = ("bert", ["--learning_rate", lr])
+        arms[f"bert_lr{lr}_linear"] = ("bert", ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
+        arms[f"bert_lr{lr}_m30"] = ("bert", ["--learning_rate", lr, "--mlm_probability", "0.3"])
+    return arms
+
+
+ARMS = _arms()
+
+
+def recipe_flags(objective: str, output_dir: str) -> list[str]:
+    return ["--embedded_corpus", "newsgroups", "--objective", objective, "--output_dir", output_dir]
+
+
+def step_cost(args) -> dict:
+    """Seconds and FLOPs of one training step per objective at the main job's shapes, interleaved in one process."""
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import BertForMaskedLM
+
+    from pretrain.run_pretraining import PretrainingArguments, check_args
+    from xlnet_lite import pretraining, training
+
+    torch.set_num_threads(args.threads)
+    accelerator, objectives, tmp = Accelerator(cpu=True), ("plm", "mlm", "clm", "bert"), tempfile.mkdtemp()
+    setups = {}
+    for objective in objectives[:3]:
+        run = training.parse_args(PretrainingArguments, recipe_flags(objective, tmp))
+        check_args(run)
+        docs = pretraining.load_corpus(run)
+        tokenizer = pretraining.get_tokenizer(run, docs[0], accelerator)
+        store = pretraining.get_token_store(run, tokenizer, *docs, accelerator)
+        stream, collator, _ = pretraining.build_data(run, tokenizer, store, accelerator)
+        torch.manual_seed(0)
+        model = pretraining.build_model(run, tokenizer).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        setups[objective] = dict(stream=stream, collator=collator, model=model, optimizer=optimizer, mems=None)
+    texts, _, tokenizer = main_job_text()
+    blocks = bert_mlm.mlm_blocks(texts, tokenizer, 128)
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(bert_mlm.bert_config_like("small", len(tokenizer), pad_token_id=tokenizer.pad_token_id))
+    order, bert_collator = bert_mlm._block_order(len(blocks), 16, 0), bert_mlm._mlm_collator(tokenizer, 0.15, 0)
+    setups["bert"] = dict(model=bert.train(), optimizer=torch.optim.AdamW(bert.parameters(), lr=1e-4))
+    setups["bert"]["next"] = lambda: {
+        k: v for k, v in bert_collator(list(blocks[next(order)])).items() if k != "attention_mask"
+    }
+
+    def step(s):
+        if "next" in s:  # BERT: <cls> A <sep> blocks, no memory
+            batch = s["next"]()
+            out = s["model"](**batch)
+        else:
+            batch = s["collator"](s["stream"].next_batch())
+            out = s["model"](**batch, mems=s["mems"], use_mems=True)
+            s["mems"] = out.mems
+        out.loss.backward()
+        s["optimizer"].step()
+        s["optimizer"].zero_grad(set_to_none=True)
+        return batch
+
+    flops, scored = {}, {}
+    for objective, s in setups.items():
+        for _ in range(3):  # warm up, and a memory from the second step on
+            step(s)
+        with FlopCounterMode(display=False) as counter:
+            batch = step(s)
+        flops[objective] = counter.get_total_flops()
+        scored[objective] = int((batch["labels"] != -100).sum())
+        print(f"{objective}: {flops[objective]:.3e} FLOPs a step, {scored[objective]} tokens scored", flush=True)
+    seconds = {o: [] for o in objectives}
+    for _ in range(args.rounds):
+        for objective, s in setups.items():
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step(s)
+            seconds[objective].append((time.perf_counter() - start) / args.steps)
+            print(f"round {len(seconds[objective])} {objective}: {seconds[objective][-1]:.3f} s a step", flush=True)
+    median = {o: statistics.median(v) for o, v in seconds.items()}
+    tokens = 16 * 128
+    result = {
+        "command": "python -m benchmarks.objectives step_cost " + shlex.join(args.argv),
+        "environment": environment(),
+        "threads": args.threads,
+        "batch": "16 x 128 tokens, memory 96 (BERT: none), small preset, vocab 8000 (the main job's)",
+        "step_seconds": {o: {"median": median[o], "rounds": seconds[o]} for o in objectives},
+        "relative_step_time": {o: median[o] / median["plm"] for o in objectives},
+        "flops_per_step": flops,
+        "relative_flops": {o: flops[o] / flops["plm"] for o in objectives},
+        "tokens_per_step": tokens,
+        "scored_tokens_per_step": scored,
+        "steps": {
+            str(b): {o: round(n * median["plm"] / median[o]) for o in objectives} for b, n in MAIN_JOB_STEPS.items()
+        },
+    }
+    STEP_COST.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("relative_step_time", "relative_flops", "steps")}, indent=2))
+    return result
+
+
+def main_job_text():
+    """The main job's pretraining documents (training, validation) and its tokenizer, from the recipe's cache."""
+    from accelerate import Accelerator
+
+    from pretrain.run_pretraining import PretrainingArguments, check_args
+    from xlnet_lite import pretraining, training
+
+    run = training.parse_args(PretrainingArguments, recipe_flags("plm", tempfile.mkdtemp()))
+    check_args(run)
+    train, validation = pretraining.load_corpus(run)
+    return train, validation, pretraining.get_tokenizer(run, train, Accelerator(cpu=True))
+
+
+def _flag(flags: list[str], name: str, default):
+    return type(default)(flags[flags.index(name) + 1]) if name in flags else default
+
+
+def pretrain_bert(arm: str, budget: int, out: Path) -> Path:
+    """transformers' BertForMaskedLM of the same size, tokenizer and text (benchmarks/baselines/bert_mlm.py), for its
+    equal-compute steps, in this process."""
+    _, flags = ARMS[arm]
+    steps = arm_steps("bert", budget)
+    print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
+    train, validation, tokenizer = main_job_text()
+    results = bert_mlm.pretrain_mlm(
+        list(train),
+        tokenizer,
+        max_steps=steps,
+        learning_rate=_flag(flags, "--learning_rate", 6e-4),
+        lr_scheduler_type=_flag(flags, "--lr_scheduler_type", "constant_with_warmup"),
+        mlm_probability=_flag(flags, "--mlm_probability", 0.15),
+        eval_texts=list(validation),
+        output_dir=str(out),
+    )
+    results.update(train_tokens_seen=results["tokens_seen"], eval_loss=results["eval_mlm_loss"])
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return out
+
+
+def finetune_bert(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list[str]) -> dict:
+    """The BERT arm finetuned as run_glue.py finetunes XLNet-Lite (benchmarks/baselines/bert_mlm.py's classifier,
+    the last epoch's model, a 10% warmup), each run cached; the summary in bench_newsgroups' layout."""
+    from transformers import AutoTokenizer
+
+    from benchmarks.bench_newsgroups import mean_std
+    from xlnet_lite.classification_data import first_per_class, load_splits
+
+    pretrained = pretrain(arm, budget)
+    runs = RUNS / f"{arm}_{budget}min" / f"finetune_{labels}"
+    runs.mkdir(parents=True, exist_ok=True)
+    splits = load_splits(embedded_task="newsgroups")
+    if labels != "all":
+        splits = dict(splits, train=first_per_class(splits["train"], int(labels)))
+    tokenizer = AutoTokenizer.from_pretrained(pretrained)
+    steps = EPOCHS[labels] * -(-len(splits["train"].data) // 16)
+
+    def one(lr, seed):
+        path = runs / f"pretrained_lr{lr}_seed{seed}.json"
+        if not path.is_file():
+            print(f"[{time.strftime('%H:%M:%S')}] {arm} {labels} lr {lr} seed {seed}", flush=True)
+            record = bert_mlm.finetune_bert_classifier(
+                str(pretrained),
+                tokenizer,
+                splits,
+                seed=seed,
+                epochs=EPOCHS[labels],
+                learning_rate=float(lr),
+                warmup_steps=round(0.1 * steps),
+                keep_last_epoch=True,
+            )
+            path.write_text(json.dumps({**record, "learning_rate": float(lr)}, indent=2) + "\n")
+        return json.loads(path.read_text())
+
+    best = max((one(lr, seeds[0]) for lr in lr_grid), key=lambda r: r["eval_accuracy"])
+    done = [one(f"{best['learning_rate']:g}", seed) for seed in seeds]
+    summary = {
+        labels: {
+            "pretrained": {
+                "learning_rate": best["learning_rate"],
+                "validation_accuracy": mean_std([r["eval_accuracy"] for r in done]),
+                "test_accuracy": mean_std([r["test_accuracy"] for r in done]),
+            }
+        }
+    }
+    result = {"command": "python -m benchmarks.objectives finetune " + arm, "environment": environment()}
+    result.update(pretrained=str(pretrained), summary=summary, runs=done)
+    Path(str(runs) + ".json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def arm_steps(objective: str, budget: int) -> int:
+    if not STEP_COST.is_file():
+        sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
+    return json.loads(STEP_COST.read_text())["steps"][str(budget)][objective]
+
+
+def pretrain(arm: str, budget: int) -> Path:
+    """The arm's pretraining (resumed from its last checkpoint if a run was cut short); its output folder."""
+    objective, flags = ARMS[arm]
+    out = RUNS / f"{arm}_{budget}min" / "pretrain"
+    if (out / "results.json").is_file():
+        return out
+    if objective == "bert":
+        return pretrain_bert(arm, budget, out)
+    resume = ["--resume_from_checkpoint", "latest"] if (out / "checkpoints").is_dir() else []
+    steps = arm_steps(objective, budget)
+    cmd = [*LAUNCH, "pretrain/run_pretraining.py", *recipe_flags(objective, str(out)), *flags]
+    cmd += ["--max_steps", str(steps), "--checkpointing_steps", "250", "--save_total_limit", "1", *resume]
+    print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n{done.stderr[-3000:]}")
+    return out
+
+
+def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list[str]) -> dict:
+    """benchmarks.bench_newsgroups on the arm's model (random init and TF-IDF come with the plm arms)."""
+    from benchmarks import bench_newsgroups
+
+    if ARMS[arm][0] == "bert":
+        return finetune_bert(arm, budget, labels, seeds, lr_grid)
+    pretrained = pretrain(arm, budget)
+    arms = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
+    runs = RUNS / f"{arm}_{budget}min" / f"finetune_{labels}"
+    flags = f"--num_train_epochs {EPOCHS[labels]} --eval_strategy no"
+    argv = ["--pretrained", str(pretrained), "--labels_per_class", labels, "--lr_grid", *lr_grid]
+    argv += ["--seeds", *map(str, seeds), "--arms", *arms, "--finetune_flags", flags, "--runs_dir", str(runs)]
+    argv += ["--out", str(runs) + ".json"] + ([] if "random_init" in arms else ["--no_tfidf"])
+    return bench_newsgroups.main(argv)
+
+
+def _summary(path: Path, labels: str) -> dict | None:
+    return json.loads(path.read_text())["summary"][labels] if path.is_file() else None
+
+
+def write_table(budget: int = 10) -> dict:
+    """Every arm that has run, from its cached files: steps, tokens, FLOPs, the validation accuracy that chose the
+    entries, the test accuracy at each number of labels (mean ± std over seeds) and its gain over random init."""
+    cost = json.loads(STEP_COST.read_text())
+    reference = RUNS / f"plm_lr6e-4_{budget}min"
+    rows = []
+    for arm, (objective, flags) in ARMS.items():
+        folder = RUNS / f"{arm}_{budget}min"
+        if not (folder / "pretrain" / "results.json").is_file():
+            continue
+        pretrained = json.loads((folder / "pretrain" / "results.json").read_text())
+        row = {"arm": arm, "objective": objective, "flags": " ".join(flags), "steps": pretrained["steps"]}
+        row["tokens"] = pretrained["train_tokens_seen"]
+        row["flops"] = pretrained["steps"] * cost["flops_per_step"][objective]
+        row["eval_loss"] = pretrained["eval_loss"]
+        for labels in EPOCHS:
+            own, ref = (
+                _summary(folder / f"finetune_{labels}.json", labels),
+                _summary(reference / f"finetune_{labels}.json", labels),
+            )
+            if own is None:
+                continue
+            test = own["pretrained"]["test_accuracy"]
+            row[labels] = {"test": test, "validation": own["pretrained"]["validation_accuracy"]}
+            if ref is not None:
+                row[labels]["gain"] = test["mean"] - ref["random_init"]["test_accuracy"]["mean"]
+                row[labels]["random_init"] = ref["random_init"]["test_accuracy"]
+                row[labels]["tfidf"] = ref["tfidf"]["test_accuracy"]
+        rows.append(row)
+    result = {"budget_minutes": budget, "step_cost": str(STEP_COST), "environment": environment(), "arms": rows}
+    Path(f"{TABLE}.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM)",
+        "",
+        "Generated by `python -m benchmarks.objectives table` from benchmarks/runs/objectives; test accuracy on 20 "
+        "Newsgroups, mean ± std over the seeds (n), the gain over random init of the same size and tokenizer.",
+        "",
+        "| arm | steps | tokens | FLOPs | eval loss | " + " | ".join(f"{b} per group" for b in EPOCHS) + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(EPOCHS),
+    ]
+    for row in rows:
+        cells = []
+        for labels in EPOCHS:
+            if labels not in row:
+                cells.append("")
+                continue
+            t = row[labels]["test"]
+            gain = f" ({row[labels]['gain'] * 100:+.1f})" if "gain" in row[labels] else ""
+            cells.append(f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']}){gain}")
+        lines.append(
+            f"| {row['arm']} | {row['steps']:,} | {row['tokens'] / 1e6:.1f}M | {row['flops']:.2e} | "
+            f"{row['eval_loss']:.3f} | " + " | ".join(cells) + " |"
+        )
+    Path(f"{TABLE}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["step_cost", "pretrain", "finetune", "table"])
+    parser.add_argument("arms", nargs="*", help=f"Arms of the grid: {', '.join(ARMS)}.")
+    parser.add_argument("--budget", type=int, choices=sorted(MAIN_JOB_STEPS), default=10)
+    parser.add_argument("--labels_per_class", nargs="+", choices=sorted(EPOCHS), default=["50"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--lr_grid", nargs="+", default=["3e-4"], help="Finetuning rates (chosen on validation).")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        parser.error(f"unknown arm {unknown[0]}; the arms are {', '.join(ARMS)}")
+    if args.command == "step_cost":
+        return step_cost(args)
+    for arm in args.arms:
+        if args.command == "pretrain":
+            pretrain(arm, args.budget)
+        elif args.command == "finetune":
+            for labels in args.labels_per_class:
+                finetune(arm, args.budget, labels, args.seeds, args.lr_grid)
+    if args.command == "table":
+        write_table(args.budget)
+
+
+if __name__ == "__main__":
+    main()
