@@ -103,6 +103,7 @@ def process_tree(pid: int) -> list[int]:
     return [p for child in children for p in process_tree(int(child))] + [pid]
 
 
+@pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
 def test_a_lost_node_stops_the_other_with_one_line(corpus, tmp_path, how):
     """Node 1 killed (its connections close) or frozen (a hang: nothing closes, --process_group_timeout ends the
