@@ -69,9 +69,10 @@ def stores(cache: Path):
     return found, sorted(p.name for p in cache.iterdir() if not p.name.startswith(("store-", ".")))
 
 
-def test_two_nodes_give_the_losses_of_one_node_with_two_processes_and_resume(corpus, tmp_path):
+def test_two_nodes_give_the_losses_of_one_node_with_two_processes_and_resume(corpus, tmp_path, capsys):
     """1 node x 2 processes, 4 steps, against 2 nodes x 1 process, 2 steps then resumed to 4: the same losses and
-    weights; each node built its store once (the resume found it), each in its own cache."""
+    weights; each node built its store once (the resume found it), each in its own cache. Then one process goes on
+    from the two nodes' last checkpoint."""
     ref = tmp_path / "one_node"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", PRETRAIN]
     env = {**ENV, "XLNET_LITE_CACHE": str(tmp_path / "cache_ref")}
@@ -95,6 +96,14 @@ def test_two_nodes_give_the_losses_of_one_node_with_two_processes_and_resume(cor
     for name in ours:
         torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=1e-6)
     assert json.loads((out / "results.json").read_text())["num_processes"] == 2
+
+    # and the other way: the two nodes' checkpoint at step 4, continued by one process with their 4 rows
+    more = small_args(corpus, out, "--resume_from_checkpoint", "latest", "--per_device_train_batch_size", "4")
+    more[more.index("--max_steps") + 1] = "6"
+    results = run_pretraining.main([*more, "--token_store_cache_dir", str(caches[0])])
+    assert (results["steps"], results["num_processes"]) == (6, 1)
+    assert "the rows of 2 processes re-split over 1" in capsys.readouterr().out
+    assert [m["step"] for m in read_metrics(out) if "loss" in m] == list(range(1, 7))
 
 
 def process_tree(pid: int) -> list[int]:
