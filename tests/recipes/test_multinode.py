@@ -113,11 +113,11 @@ def process_tree(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
-def test_a_lost_node_stops_the_other_with_one_line(corpus, tmp_path, how):
-    """Node 1 killed (its connections close) or frozen (a hang: nothing closes, --process_group_timeout ends the
-    wait) after the first step: node 0 stops within seconds, exit status non-zero, one error line from the recipe
-    (torchrun then reports the failed worker its own way)."""
+def test_a_lost_node_stops_the_other_with_one_line(corpus, tmp_path, how="SIGSTOP"):
+    """Node 1 frozen after the first step (a hang: nothing closes, so --process_group_timeout ends the wait; a killed
+    node closes its connections and is noticed sooner, 2.4 s by hand, benchmarks/RESULTS.md "Data scale"): node 0
+    stops within seconds, exit status non-zero, one error line from the recipe (torchrun then reports the failed
+    worker its own way)."""
     out, port, timeout = tmp_path / "out", free_port(), 5
     args = small_args(corpus, out, "--process_group_timeout", str(timeout))
     args[args.index("--max_steps") + 1] = "100000"
