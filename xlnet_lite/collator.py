@@ -391,7 +391,7 @@ class DataCollatorForXLNetPretraining:
         if self.reuse_len is not None and T <= self.reuse_len:
             raise ValueError(f"input_ids: sequences of length {T} are too short for reuse_len={self.reuse_len}")
         functional = (ids == self.sep_id) | (ids == self.cls_id)
-        eligible = real & ~functional & (ids != self.pad_id)
+        eligible = self._text_positions(ids, real)
         reversed_rows = batch.pop("is_reversed")
         parts = [(0, T)] if self.reuse_len is None else [(0, self.reuse_len), (self.reuse_len, T)]
         num_predict = math.ceil(T * self.plm_probability)
@@ -399,6 +399,10 @@ class DataCollatorForXLNetPretraining:
         batch["perm_mask"] = self._perm_mask(is_target, functional, parts)
         batch["target_mapping"], batch["labels"] = _targets_to_mapping(ids, is_target, num_predict)
         return batch
+
+    def _text_positions(self, ids, real) -> torch.Tensor:
+        """(B, T) bool: real tokens that are text, the positions an objective may score (not <sep>, <cls>, <pad>)."""
+        return real & (ids != self.sep_id) & (ids != self.cls_id) & (ids != self.pad_id)
 
     def _collate(self, examples) -> dict[str, torch.Tensor]:
         if isinstance(examples, Mapping) or not isinstance(examples, Sequence) or len(examples) == 0:

@@ -101,7 +101,7 @@ class DataCollatorForXLNetMaskedLM(DataCollatorForXLNetPretraining):
         B, T = ids.shape
         if self.reuse_len is not None and T <= self.reuse_len:
             raise ValueError(f"input_ids: sequences of length {T} are too short for reuse_len={self.reuse_len}")
-        eligible = real & (ids != self.sep_id) & (ids != self.cls_id) & (ids != self.pad_id)
+        eligible = self._text_positions(ids, real)
         goal = torch.ceil(eligible.sum(1) * self.mlm_probability).long()
         is_target = fill_budget(torch.zeros(B, T, dtype=torch.bool), eligible, goal, self.generator)
         draw = torch.rand(B, T, generator=self.generator)
@@ -130,7 +130,7 @@ class DataCollatorForXLNetCausalLM(DataCollatorForXLNetPretraining):
         if bool(batch.pop("is_reversed").any()):
             raise ValueError("examples: reversed rows (bi_data) are for the permutation LM, not the causal LM")
         ids, real = batch["input_ids"], batch["attention_mask"].bool()
-        text = real & (ids != self.sep_id) & (ids != self.cls_id) & (ids != self.pad_id)
+        text = self._text_positions(ids, real)
         labels = torch.full_like(ids, -100)
         scored = real[:, :-1] & text[:, 1:]
         labels[:, :-1] = torch.where(scored, ids[:, 1:], labels[:, :-1])
