@@ -20,7 +20,10 @@ objective's own (plm: XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine deca
 best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries
 are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as
 the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups). Every run is cached
-under benchmarks/runs/objectives and reused; `table` writes benchmarks/results/objectives.json and .md from them.
+under benchmarks/results/objective_runs and reused: the records (each pretraining's results, command and machine;
+each finetuning run's record; the summaries) are committed, the models stay on the machine that trained them (ignored
+by git) and a model that is missing is pretrained again, deterministic at the same precision; `table` writes
+benchmarks/results/objectives.json and .md from the records.
 """
 
 from __future__ import annotations
@@ -38,28 +41,33 @@ from pathlib import Path
 from benchmarks.baselines import bert_mlm
 from benchmarks.environment import environment
 
-RUNS = Path("benchmarks/runs/objectives")
+RUNS = Path("benchmarks/results/objective_runs")  # records committed, models ignored (.gitignore)
 STEP_COST = Path("benchmarks/results/objectives_step_cost.json")
 TABLE = Path("benchmarks/results/objectives")
 MAIN_JOB_STEPS = {10: 3060, 30: 9180}  # the permutation LM's steps in the main job's 10 (and 30) minutes
 LEARNING_RATES = ("3e-4", "6e-4", "1e-3")
 EPOCHS = {"20": 16, "50": 8, "all": 3}
+TASK = "newsgroups"  # the embedded task the arms finetune on (its own text pretrains them: recipe_flags)
+FINETUNE_FLAGS = ""  # more run_glue.py flags for every finetuning run (the BERT arm reads --max_seq_length)
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", "--num_machines", "1"]
-LAUNCH += ["--num_cpu_threads_per_process", "2", "--dynamo_backend", "no"]
+LAUNCH += ["--dynamo_backend", "no"]
 
 
 def _arms() -> dict[str, tuple[str, list[str]]]:
+    """Every point of the grid at every rate (the linear decay and the own lever run only at each objective's best
+    rate, which validation decides)."""
+    levers = {
+        "plm": ("p6", ["--plm_probability", str(1 / 6)]),
+        "mlm": ("m30", ["--mlm_probability", "0.3"]),
+        "clm": ("cosine", ["--lr_scheduler_type", "cosine"]),
+        "bert": ("m30", ["--mlm_probability", "0.3"]),
+    }
     arms = {}
-    for objective in ("plm", "mlm", "clm"):
+    for objective, (lever, lever_flags) in levers.items():
         for lr in LEARNING_RATES:
             arms[f"{objective}_lr{lr}"] = (objective, ["--learning_rate", lr])
             arms[f"{objective}_lr{lr}_linear"] = (objective, ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
-        arms[f"plm_lr{lr}_p6"] = ("plm", ["--learning_rate", lr, "--plm_probability", str(1 / 6)])
-        arms[f"mlm_lr{lr}_m30"] = ("mlm", ["--learning_rate", lr, "--mlm_probability", "0.3"])
-        arms[f"clm_lr{lr}_cosine"] = ("clm", ["--learning_rate", lr, "--lr_scheduler_type", "cosine"])
-        arms[f"bert_lr{lr}"] = ("bert", ["--learning_rate", lr])
-        arms[f"bert_lr{lr}_linear"] = ("bert", ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
-        arms[f"bert_lr{lr}_m30"] = ("bert", ["--learning_rate", lr, "--mlm_probability", "0.3"])
+            arms[f"{objective}_lr{lr}_{lever}"] = (objective, ["--learning_rate", lr, *lever_flags])
     return arms
 
 
@@ -180,9 +188,13 @@ def pretrain_bert(arm: str, budget: int, out: Path) -> Path:
     steps = arm_steps("bert", budget)
     print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
     train, validation, tokenizer = main_job_text()
+    shape = recipe_flags("bert", str(out))  # the XLNet arms' size, rows and batch
     results = bert_mlm.pretrain_mlm(
         list(train),
         tokenizer,
+        model_size=_flag(shape, "--model_size", "small"),
+        seq_len=_flag(shape, "--seq_len", 128),
+        batch_size=_flag(shape, "--per_device_train_batch_size", 16),
         max_steps=steps,
         learning_rate=_flag(flags, "--learning_rate", 6e-4),
         lr_scheduler_type=_flag(flags, "--lr_scheduler_type", "constant_with_warmup"),
@@ -206,7 +218,7 @@ def finetune_bert(arm: str, budget: int, labels: str, seeds: list[int], lr_grid:
     pretrained = pretrain(arm, budget)
     runs = RUNS / f"{arm}_{budget}min" / f"finetune_{labels}"
     runs.mkdir(parents=True, exist_ok=True)
-    splits = load_splits(embedded_task="newsgroups")
+    splits = load_splits(embedded_task=TASK)
     if labels != "all":
         splits = dict(splits, train=first_per_class(splits["train"], int(labels)))
     tokenizer = AutoTokenizer.from_pretrained(pretrained)
@@ -223,6 +235,7 @@ def finetune_bert(arm: str, budget: int, labels: str, seeds: list[int], lr_grid:
                 seed=seed,
                 epochs=EPOCHS[labels],
                 learning_rate=float(lr),
+                max_seq_length=_flag(FINETUNE_FLAGS.split(), "--max_seq_length", 128),
                 warmup_steps=round(0.1 * steps),
                 keep_last_epoch=True,
             )
@@ -252,22 +265,39 @@ def arm_steps(objective: str, budget: int) -> int:
     return json.loads(STEP_COST.read_text())["steps"][str(budget)][objective]
 
 
-def pretrain(arm: str, budget: int) -> Path:
-    """The arm's pretraining (resumed from its last checkpoint if a run was cut short); its output folder."""
+def pretrain(arm: str, budget: int, threads: int = 2) -> Path:
+    """The arm's pretrained model: cached, resumed from its last checkpoint if a run was cut short, or trained again
+    where only its committed record is here (a warning when the eval loss differs from the record's)."""
     objective, flags = ARMS[arm]
     out = RUNS / f"{arm}_{budget}min" / "pretrain"
-    if (out / "results.json").is_file():
+    if (out / "model.safetensors").is_file() and (out / "results.json").is_file():
         return out
+    recorded = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else None
+    command = "python -m benchmarks.objectives pretrain " + arm + f" --budget {budget} --threads {threads}"
     if objective == "bert":
-        return pretrain_bert(arm, budget, out)
-    resume = ["--resume_from_checkpoint", "latest"] if (out / "checkpoints").is_dir() else []
-    steps = arm_steps(objective, budget)
-    cmd = [*LAUNCH, "pretrain/run_pretraining.py", *recipe_flags(objective, str(out)), *flags]
-    cmd += ["--max_steps", str(steps), "--checkpointing_steps", "250", "--save_total_limit", "1", *resume]
-    print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n{done.stderr[-3000:]}")
+        pretrain_bert(arm, budget, out)
+    else:
+        resume = ["--resume_from_checkpoint", "latest"] if (out / "checkpoints").is_dir() else []
+        steps = arm_steps(objective, budget)
+        cmd = [*LAUNCH, "--num_cpu_threads_per_process", str(threads), "pretrain/run_pretraining.py"]
+        cmd += [*recipe_flags(objective, str(out)), *flags]
+        cmd += ["--max_steps", str(steps), "--checkpointing_steps", "250", "--save_total_limit", "1"]
+        cmd += resume or (["--overwrite_output_dir"] if recorded else [])
+        print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n{done.stderr[-3000:]}")
+    results = json.loads((out / "results.json").read_text())
+    record = {"command": command, "threads": threads, "environment": environment()}
+    if recorded and abs(results["eval_loss"] - recorded["eval_loss"]) > 1e-3:
+        record["earlier_eval_loss"] = recorded["eval_loss"]  # the model the committed finetuning records came from
+        print(
+            f"warning: {arm} pretrained again: eval loss {results['eval_loss']:.4f} against the record's "
+            f"{recorded['eval_loss']:.4f} (another machine or precision); finetuning records already committed "
+            "came from the earlier model",
+            flush=True,
+        )
+    (out / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     return out
 
 
@@ -280,8 +310,9 @@ def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list
     pretrained = pretrain(arm, budget)
     arms = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
     runs = RUNS / f"{arm}_{budget}min" / f"finetune_{labels}"
-    flags = f"--num_train_epochs {EPOCHS[labels]} --eval_strategy no"
-    argv = ["--pretrained", str(pretrained), "--labels_per_class", labels, "--lr_grid", *lr_grid]
+    flags = f"--num_train_epochs {EPOCHS[labels]} --eval_strategy no {FINETUNE_FLAGS}".strip()
+    argv = ["--pretrained", str(pretrained), "--embedded_task", TASK, "--labels_per_class", labels]
+    argv += ["--lr_grid", *lr_grid]
     argv += ["--seeds", *map(str, seeds), "--arms", *arms, "--finetune_flags", flags, "--runs_dir", str(runs)]
     argv += ["--out", str(runs) + ".json"] + ([] if "random_init" in arms else ["--no_tfidf"])
     return bench_newsgroups.main(argv)
@@ -295,17 +326,22 @@ def write_table(budget: int = 10) -> dict:
     """Every arm that has run, from its cached files: steps, tokens, FLOPs, the validation accuracy that chose the
     entries, the test accuracy at each number of labels (mean ± std over seeds) and its gain over random init."""
     cost = json.loads(STEP_COST.read_text())
-    reference = RUNS / f"plm_lr6e-4_{budget}min"
-    rows = []
+    reference = RUNS / f"plm_lr6e-4_{budget}min"  # random init and TF-IDF come with this arm
+    rows, baselines = [], {}
     for arm, (objective, flags) in ARMS.items():
         folder = RUNS / f"{arm}_{budget}min"
         if not (folder / "pretrain" / "results.json").is_file():
             continue
         pretrained = json.loads((folder / "pretrain" / "results.json").read_text())
+        record = folder / "pretrain" / "record.json"
+        env = json.loads(record.read_text())["environment"] if record.is_file() else {}
         row = {"arm": arm, "objective": objective, "flags": " ".join(flags), "steps": pretrained["steps"]}
         row["tokens"] = pretrained["train_tokens_seen"]
         row["flops"] = pretrained["steps"] * cost["flops_per_step"][objective]
         row["eval_loss"] = pretrained["eval_loss"]
+        precision = pretrained.get("mixed_precision", "no")
+        row["machine"] = f"{env.get('cpu_capability', '?')}, {'fp32' if precision == 'no' else precision}"
+        row["commit"] = env.get("commit")
         for labels in EPOCHS:
             own, ref = (
                 _summary(folder / f"finetune_{labels}.json", labels),
@@ -315,35 +351,42 @@ def write_table(budget: int = 10) -> dict:
                 continue
             test = own["pretrained"]["test_accuracy"]
             row[labels] = {"test": test, "validation": own["pretrained"]["validation_accuracy"]}
+            row[labels]["learning_rate"] = own["pretrained"]["learning_rate"]
             if ref is not None:
                 row[labels]["gain"] = test["mean"] - ref["random_init"]["test_accuracy"]["mean"]
-                row[labels]["random_init"] = ref["random_init"]["test_accuracy"]
-                row[labels]["tfidf"] = ref["tfidf"]["test_accuracy"]
+                baselines[labels] = {k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")}
         rows.append(row)
     result = {"budget_minutes": budget, "step_cost": str(STEP_COST), "environment": environment(), "arms": rows}
+    result["baselines"] = baselines
     Path(f"{TABLE}.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    def cell(t, gain=None):  # mean ± std (n) over seeds; TF-IDF is deterministic: one number
+        text = f"{t:.3f}" if isinstance(t, float) else f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']})"
+        return text + ("" if gain is None else f" {gain * 100:+.1f}")
+
     lines = [
         f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM)",
         "",
-        "Generated by `python -m benchmarks.objectives table` from benchmarks/runs/objectives; test accuracy on 20 "
-        "Newsgroups, mean ± std over the seeds (n), the gain over random init of the same size and tokenizer.",
+        "Generated by `python -m benchmarks.objectives table` from benchmarks/results/objective_runs. Test accuracy "
+        "on 20 Newsgroups, mean ± std over seeds (n), then the gain in points over random initialisation of the same "
+        "size and tokenizer; validation (seed 0, finetuning rate 3e-4) chose each objective's entry. The loss is each "
+        "objective's own (not comparable across objectives).",
         "",
-        "| arm | steps | tokens | FLOPs | eval loss | " + " | ".join(f"{b} per group" for b in EPOCHS) + " |",
-        "|---|---:|---:|---:|---:|" + "---:|" * len(EPOCHS),
+        "| arm | machine | steps | tokens | FLOPs | own loss | validation, 50 per group | "
+        + " | ".join(f"test, {b} per group" for b in EPOCHS)
+        + " |",
+        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(EPOCHS),
     ]
     for row in rows:
-        cells = []
-        for labels in EPOCHS:
-            if labels not in row:
-                cells.append("")
-                continue
-            t = row[labels]["test"]
-            gain = f" ({row[labels]['gain'] * 100:+.1f})" if "gain" in row[labels] else ""
-            cells.append(f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']}){gain}")
+        selection = f"{row['50']['validation']['values'][0]:.3f}" if "50" in row else ""
+        cells = [cell(row[b]["test"], row[b].get("gain")) if b in row else "" for b in EPOCHS]
         lines.append(
-            f"| {row['arm']} | {row['steps']:,} | {row['tokens'] / 1e6:.1f}M | {row['flops']:.2e} | "
-            f"{row['eval_loss']:.3f} | " + " | ".join(cells) + " |"
+            f"| {row['arm']} | {row['machine']} | {row['steps']:,} | {row['tokens'] / 1e6:.1f}M | {row['flops']:.2e} | "
+            f"{row['eval_loss']:.3f} | {selection} | " + " | ".join(cells) + " |"
         )
+    for name in ("random_init", "tfidf"):
+        cells = [cell(baselines[b][name]) if b in baselines else "" for b in EPOCHS]
+        lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
     Path(f"{TABLE}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return result
@@ -359,7 +402,7 @@ def main(argv=None):
     parser.add_argument("--lr_grid", nargs="+", default=["3e-4"], help="Finetuning rates (chosen on validation).")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="Torch threads (pretraining and step_cost).")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     unknown = [a for a in args.arms if a not in ARMS]
@@ -369,12 +412,12 @@ def main(argv=None):
         return step_cost(args)
     for arm in args.arms:
         if args.command == "pretrain":
-            pretrain(arm, args.budget)
+            pretrain(arm, args.budget, args.threads)
         elif args.command == "finetune":
             for labels in args.labels_per_class:
                 finetune(arm, args.budget, labels, args.seeds, args.lr_grid)
     if args.command == "table":
-        write_table(args.budget)
+        return write_table(args.budget)
 
 
 if __name__ == "__main__":

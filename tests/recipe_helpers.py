@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,15 @@ def tiny_args(corpus, output_dir, *extra):
 
 def read_metrics(output_dir):
     return [json.loads(line) for line in Path(output_dir, "metrics.jsonl").read_text().splitlines()]
+
+
+def cut_at_step_6(straight, resumed):
+    """`resumed` as a run of `straight` (tiny_args) killed after its step-6 checkpoint: that checkpoint and the
+    first six steps' metrics; `--resume_from_checkpoint latest` continues it."""
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(straight / "checkpoints" / "step_6", resumed / "checkpoints" / "step_6")
+    first_half = [m for m in read_metrics(straight) if m["step"] <= 6]
+    (resumed / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in first_half))
 
 
 def assert_same_losses(expected, actual):

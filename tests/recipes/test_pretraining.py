@@ -9,7 +9,17 @@ import subprocess
 import sys
 
 import pytest
-from recipe_helpers import PRETRAIN, REPO, assert_same_losses, cli, command, one_line_error, read_metrics, tiny_args
+from recipe_helpers import (
+    PRETRAIN,
+    REPO,
+    assert_same_losses,
+    cli,
+    command,
+    cut_at_step_6,
+    one_line_error,
+    read_metrics,
+    tiny_args,
+)
 
 from pretrain import run_pretraining
 from xlnet_lite import pretraining
@@ -74,11 +84,8 @@ def test_resume_reproduces_the_uninterrupted_run(straight_run, corpus, tmp_path)
     """12 steps straight vs. 6 steps + resume: the same losses (the checkpoint at step 6 is what an interrupted run
     leaves; the resumed run restores model, optimizer, scheduler, RNG, data position and mems)."""
     out, _ = straight_run
-    (tmp_path / "checkpoints").mkdir()
-    shutil.copytree(out / "checkpoints" / "step_6", tmp_path / "checkpoints" / "step_6")
+    cut_at_step_6(out, tmp_path)
     (tmp_path / "checkpoints" / ".step_9.tmp").mkdir()  # a partial checkpoint a crash left behind: ignored
-    first_half = [m for m in read_metrics(out) if m["step"] <= 6]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in first_half))
     run_pretraining.main(tiny_args(corpus, tmp_path, "--resume_from_checkpoint", "latest"))
     assert_same_losses(read_metrics(out), read_metrics(tmp_path))
 

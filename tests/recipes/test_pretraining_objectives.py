@@ -4,13 +4,13 @@ finetune/run_glue.py unchanged; flags that do not fit an objective stop at once.
 
 import json
 import math
-import shutil
 
 import pytest
 from recipe_helpers import (
     PRETRAIN,
     assert_same_losses,
     command,
+    cut_at_step_6,
     one_line_error,
     read_metrics,
     run,
@@ -36,10 +36,7 @@ def test_objective_trains_resumes_and_finetunes(corpus, tmp_path, objective, att
     assert config["attn_type"] == attn_type and config["sparse_prediction"] is False
 
     resumed = tmp_path / "resumed"
-    (resumed / "checkpoints").mkdir(parents=True)
-    shutil.copytree(straight / "checkpoints" / "step_6", resumed / "checkpoints" / "step_6")
-    first_half = [m for m in read_metrics(straight) if m["step"] <= 6]
-    (resumed / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in first_half))
+    cut_at_step_6(straight, resumed)
     run_pretraining.main(tiny_args(corpus, resumed, *flags, "--resume_from_checkpoint", "latest"))
     assert_same_losses(read_metrics(straight), read_metrics(resumed))
 
