@@ -4,9 +4,12 @@ here) and land in the table; the committed records are what a later run reuses, 
 trained again to the record's loss. Every arm of the grid is a valid run of the recipe."""
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
-from recipe_helpers import tiny_args
+from recipe_helpers import REPO, tiny_args
 
 from benchmarks import objectives
 
@@ -37,6 +40,25 @@ def tiny_benchmark(corpus, tmp_path, monkeypatch):
     return tmp_path
 
 
+def committed(runs, tmp_path):
+    """The files of `runs` that git would commit under benchmarks/results/objective_runs (the repository's
+    .gitignore in a scratch repository); every other file is deleted, as a clone of the repository lacks it."""
+    scratch = tmp_path / "scratch"
+    shutil.copytree(runs, scratch / "benchmarks" / "results" / "objective_runs")
+    shutil.copy(REPO / ".gitignore", scratch / ".gitignore")
+    git = ["git", "-C", str(scratch), "-c", "core.excludesFile=/dev/null"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    listed = subprocess.run([*git, "ls-files"], check=True, capture_output=True, text=True).stdout.split()
+    kept = {Path(p).relative_to("benchmarks/results/objective_runs") for p in listed if p != ".gitignore"}
+    for path in sorted(runs.rglob("*"), reverse=True):
+        if path.is_file() and path.relative_to(runs) not in kept:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    return kept
+
+
 def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_benchmark):
     runs = tiny_benchmark / "runs"
     objectives.main(["finetune", *ARMS, "--labels_per_class", "20", "--threads", "1"])
@@ -44,26 +66,44 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     rows = {row["arm"]: row for row in table["arms"]}
     assert sorted(rows) == sorted(ARMS)
     assert [rows[a]["steps"] for a in ARMS] == [4, 5]  # each objective's equal-compute steps
+    random_init = table["baselines"]["20"]["random_init"]
+    assert random_init["n"] == 1 and "tfidf" in table["baselines"]["20"]
     for arm in ARMS:
-        test = rows[arm]["20"]["test"]
-        assert test["n"] == 1 and all(0 <= v <= 1 for v in test["values"])
-        assert rows[arm]["20"]["gain"] == pytest.approx(test["mean"] - table["baselines"]["20"]["random_init"]["mean"])
-        assert (runs / f"{arm}_10min" / "pretrain" / "record.json").is_file()
-    assert "50" not in rows["plm_lr6e-4"]
+        assert rows[arm]["20"]["test"]["n"] == 1 and rows[arm]["20"]["learning_rate"] == 3e-4
+        record = json.loads((runs / f"{arm}_10min" / "pretrain" / "record.json").read_text())
+        assert record["threads"] == 1 and record["command"].endswith(f"pretrain {arm} --budget 10 --threads 1")
     plm = json.loads((runs / "plm_lr6e-4_10min" / "pretrain" / "run_args.json").read_text())
     assert plm["objective"] == "plm" and plm["learning_rate"] == 6e-4 and plm["max_steps"] == 4
     markdown = (tiny_benchmark / "objectives.md").read_text()
     assert all(f"| {arm} |" in markdown for arm in ARMS) and "| tfidf |" in markdown
 
-    # a clone holds the records, not the models: finetuning records are reused, a missing model is trained again
-    before = {p: p.read_text() for p in runs.rglob("*.json") if "finetune_20/" in str(p)}
-    pretrained = runs / "plm_lr6e-4_10min" / "pretrain"
-    recorded = json.loads((pretrained / "results.json").read_text())
-    (pretrained / "model.safetensors").unlink()
-    objectives.main(["finetune", "plm_lr6e-4", "--labels_per_class", "20"])
-    assert (pretrained / "model.safetensors").is_file()
-    assert json.loads((pretrained / "results.json").read_text())["eval_loss"] == pytest.approx(recorded["eval_loss"])
-    assert {p: p.read_text() for p in before} == before
+    # a clone holds the records, not the models
+    kept = committed(runs, tiny_benchmark)
+    names = {p.name for p in kept}
+    assert {"results.json", "record.json", "run_args.json", "finetune_20.json"} <= names
+    assert not names & {"model.safetensors", "config.json", "tokenizer.json", "metrics.jsonl", "loss.png"}
+    assert not [p for p in kept if "checkpoints" in p.parts]
+    records = {p: (runs / p).read_text() for p in kept}
+    # finetuning its records cover runs nothing, and the table is the same
+    objectives.main(["finetune", *ARMS, "--labels_per_class", "20", "--threads", "1"])
+    assert not list(runs.rglob("model.safetensors"))
+    objectives.main(["table"])
+    assert (tiny_benchmark / "objectives.md").read_text() == markdown
+    # more seeds need the model: trained again; the committed records stay, the new run is noted
+    objectives.main(["finetune", "bert_lr6e-4", "--labels_per_class", "20", "--seeds", "0", "1", "--threads", "1"])
+    objectives.pretrain("plm_lr6e-4", 10, threads=1)
+    for arm in ARMS:
+        pretrain = runs / f"{arm}_10min" / "pretrain"
+        assert (pretrain / "model.safetensors").is_file()
+        for name in ("results.json", "run_args.json"):  # BERT's run writes no run_args.json
+            if pretrain.relative_to(runs) / name in records:
+                assert (pretrain / name).read_text() == records[pretrain.relative_to(runs) / name]
+        record = json.loads((pretrain / "record.json").read_text())
+        (again,) = record["pretrained_again"]
+        assert again["eval_loss"] == pytest.approx(json.loads((pretrain / "results.json").read_text())["eval_loss"])
+    assert all((runs / p).read_text() == text for p, text in records.items() if p.parent.name == "finetune_20")
+    bert = json.loads((runs / "bert_lr6e-4_10min" / "finetune_20.json").read_text())
+    assert [r["seed"] for r in bert["runs"]] == [0, 1]  # seed 0 reused, not run twice
 
 
 def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
