@@ -3,7 +3,7 @@
     python -m benchmarks.objectives step_cost [--rounds 5 --steps 20]
     python -m benchmarks.objectives pretrain ARM [ARM ...] [--budget 10] [--threads 2]
     python -m benchmarks.objectives finetune ARM [ARM ...] [--labels_per_class 50] [--seeds 0] [--lr_grid 3e-4]
-    python -m benchmarks.objectives table
+    python -m benchmarks.objectives table [--precision fp32|bf16]
 
 The arms (ARMS) train the main job's XLNet-Lite `small` on 20 Newsgroups' training text with
 `pretrain/run_pretraining.py --objective plm|mlm|clm`: the same tokenizer, token store, rows, batch (16 x 128),
@@ -27,7 +27,8 @@ reused: the records (each pretraining's results, command and machine; each finet
 are committed, the models stay on the machine that trained them (ignored by git). Finetuning that its records cover
 runs nothing; a model that more finetuning needs and that is missing is pretrained again, the same model on the same
 kind of machine, precision and threads: its committed records stay, the new run is noted in record.json (a warning
-where its loss differs). `table` writes benchmarks/results/objectives.json and .md from the records.
+where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` or `_bf16`: what the recipes pick on
+the machine), and `table` writes benchmarks/results/objectives_<precision>.json and .md from one precision's records.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from benchmarks.environment import environment
 
 RUNS = Path("benchmarks/results/objective_runs")  # records committed, models ignored (.gitignore)
 STEP_COST = Path("benchmarks/results/objectives_step_cost.json")
-TABLE = Path("benchmarks/results/objectives")
+TABLE = Path("benchmarks/results/objectives")  # + _fp32 or _bf16 (.json, .md)
 MAIN_JOB_STEPS = {10: 3060, 30: 9180}  # the permutation LM's steps in the main job's 10 (and 30) minutes
 LEARNING_RATES = ("3e-4", "6e-4", "1e-3")
 EPOCHS = {"20": 16, "50": 8, "all": 3}
@@ -55,6 +56,19 @@ TASK = "newsgroups"  # the embedded task the arms finetune on (its own text pret
 FINETUNE_FLAGS = ""  # more run_glue.py flags for every finetuning run (the BERT arm reads --max_seq_length)
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", "--num_machines", "1"]
 LAUNCH += ["--dynamo_backend", "no"]
+
+
+def precision() -> str:
+    """The precision the recipes pick on this machine (`--mixed_precision auto`): runs are kept and compared per
+    precision, `<arm>_<budget>min_<precision>`, so a bf16 machine never continues an fp32 grid or the reverse (the
+    BERT baseline trains in fp32 everywhere: its results say so)."""
+    from xlnet_lite.precision import fast_bf16
+
+    return "bf16" if fast_bf16("cpu")[0] else "fp32"
+
+
+def folder(arm: str, budget: int, precision_: str | None = None) -> Path:
+    return RUNS / f"{arm}_{budget}min_{precision_ or precision()}"
 
 
 def _arms() -> dict[str, tuple[str, list[str]]]:
@@ -222,7 +236,7 @@ def finetune_bert(arm: str, budget: int, labels: str, seeds: list[int], lr_grid:
     from benchmarks.bench_newsgroups import mean_std
     from xlnet_lite.classification_data import first_per_class, load_splits
 
-    runs = RUNS / f"{arm}_{budget}min" / f"finetune_{labels}"
+    runs = folder(arm, budget) / f"finetune_{labels}"
     covered = _covered(Path(str(runs) + ".json"), seeds, lr_grid, ["pretrained"])
     if covered:
         return covered
@@ -283,7 +297,7 @@ def pretrain(arm: str, budget: int, threads: int = 2) -> Path:
     """The arm's pretrained model: cached, resumed from its last checkpoint if a run was cut short, or trained again
     where only its committed records are here (they stay as committed; the new run is noted in record.json)."""
     objective, flags = ARMS[arm]
-    out = RUNS / f"{arm}_{budget}min" / "pretrain"
+    out = folder(arm, budget) / "pretrain"
     if (out / "model.safetensors").is_file() and (out / "results.json").is_file():
         return out
     recorded = {name: (out / name).read_text() for name in RECORDS if (out / name).is_file()}
@@ -335,7 +349,7 @@ def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list
     if ARMS[arm][0] == "bert":
         return finetune_bert(arm, budget, labels, seeds, lr_grid, threads)
     arms = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
-    runs = RUNS / f"{arm}_{budget}min" / f"finetune_{labels}"
+    runs = folder(arm, budget) / f"finetune_{labels}"
     covered = _covered(Path(str(runs) + ".json"), seeds, lr_grid, arms)
     if covered:
         return covered
@@ -352,33 +366,34 @@ def _summary(path: Path, labels: str) -> dict | None:
     return json.loads(path.read_text())["summary"][labels] if path.is_file() else None
 
 
-def write_table(budget: int = 10) -> dict:
+def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     """Every arm that has run, from its cached files: steps, tokens, FLOPs, the validation accuracy that chose the
     entries, the test accuracy at each number of labels (mean ± std over seeds) and its gain over random init."""
     cost = json.loads(STEP_COST.read_text())
-    reference = RUNS / f"plm_lr6e-4_{budget}min"  # random init and TF-IDF come with this arm
+    precision_ = precision_ or precision()
+    reference = folder("plm_lr6e-4", budget, precision_)  # random init and TF-IDF come with this arm
     rows, baselines = [], {}
     for arm, (objective, flags) in ARMS.items():
-        folder = RUNS / f"{arm}_{budget}min"
-        if not (folder / "pretrain" / "results.json").is_file():
+        runs = folder(arm, budget, precision_)
+        if not (runs / "pretrain" / "results.json").is_file():
             continue
-        pretrained = json.loads((folder / "pretrain" / "results.json").read_text())
-        record = folder / "pretrain" / "record.json"
+        pretrained = json.loads((runs / "pretrain" / "results.json").read_text())
+        record = runs / "pretrain" / "record.json"
         record = json.loads(record.read_text()) if record.is_file() else {}
         env = record.get("environment", {})
         row = {"arm": arm, "objective": objective, "flags": " ".join(flags), "steps": pretrained["steps"]}
         row["tokens"] = pretrained["train_tokens_seen"]
         row["flops"] = pretrained["steps"] * cost["flops_per_step"][objective]
         row["eval_loss"] = pretrained["eval_loss"]
-        precision = pretrained.get("mixed_precision", "no")
-        row["machine"] = f"{env.get('cpu_capability', '?')}, {'fp32' if precision == 'no' else precision}"
+        trained_in = pretrained.get("mixed_precision", "no")
+        row["machine"] = f"{env.get('cpu_capability', '?')}, {'fp32' if trained_in == 'no' else trained_in}"
         row["commit"] = env.get("commit")
         again = [r["eval_loss"] for r in record.get("pretrained_again", [])]
         if any(abs(loss - row["eval_loss"]) > 1e-3 for loss in again):
             row["machine"] += f"; pretrained again to loss {again[-1]:.3f}"
         for labels in EPOCHS:
             own, ref = (
-                _summary(folder / f"finetune_{labels}.json", labels),
+                _summary(runs / f"finetune_{labels}.json", labels),
                 _summary(reference / f"finetune_{labels}.json", labels),
             )
             if own is None:
@@ -390,18 +405,19 @@ def write_table(budget: int = 10) -> dict:
                 row[labels]["gain"] = test["mean"] - ref["random_init"]["test_accuracy"]["mean"]
                 baselines[labels] = {k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")}
         rows.append(row)
-    result = {"budget_minutes": budget, "step_cost": str(STEP_COST), "environment": environment(), "arms": rows}
-    result["baselines"] = baselines
-    Path(f"{TABLE}.json").write_text(json.dumps(result, indent=2) + "\n")
+    result = {"budget_minutes": budget, "precision": precision_, "step_cost": str(STEP_COST)}
+    result.update(environment=environment(), arms=rows, baselines=baselines)
+    Path(f"{TABLE}_{precision_}.json").write_text(json.dumps(result, indent=2) + "\n")
 
     def cell(t, gain=None):  # mean ± std (n) over seeds; TF-IDF is deterministic: one number
         text = f"{t:.3f}" if isinstance(t, float) else f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']})"
         return text + ("" if gain is None else f" {gain * 100:+.1f}")
 
     lines = [
-        f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM)",
+        f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM), {precision_}",
         "",
-        "Generated by `python -m benchmarks.objectives table` from benchmarks/results/objective_runs. Test accuracy "
+        f"Generated by `python -m benchmarks.objectives table --precision {precision_}` from "
+        f"benchmarks/results/objective_runs/*_{budget}min_{precision_}. Test accuracy "
         "on 20 Newsgroups, mean ± std over seeds (n), then the gain in points over random initialisation of the same "
         "size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows come with plm_lr6e-4's finetuning: "
         "without it the gains are blank); validation (seed 0, finetuning rate 3e-4) chose each objective's entry. "
@@ -422,7 +438,7 @@ def write_table(budget: int = 10) -> dict:
     for name in ("random_init", "tfidf"):
         cells = [cell(baselines[b][name]) if b in baselines else "" for b in EPOCHS]
         lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
-    Path(f"{TABLE}.md").write_text("\n".join(lines) + "\n")
+    Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return result
 
@@ -437,6 +453,9 @@ def main(argv=None):
     parser.add_argument("--lr_grid", nargs="+", default=["3e-4"], help="Finetuning rates (chosen on validation).")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--precision", choices=["fp32", "bf16"], help="table: the runs of this precision (default: this machine's)."
+    )
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of pretraining and step_cost.")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
@@ -452,7 +471,7 @@ def main(argv=None):
             for labels in args.labels_per_class:
                 finetune(arm, args.budget, labels, args.seeds, args.lr_grid, args.threads)
     if args.command == "table":
-        return write_table(args.budget)
+        return write_table(args.budget, args.precision)
 
 
 if __name__ == "__main__":

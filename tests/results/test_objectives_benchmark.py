@@ -26,6 +26,7 @@ def tiny_benchmark(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(objectives, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(objectives, "STEP_COST", tmp_path / "step_cost.json")
     monkeypatch.setattr(objectives, "TABLE", tmp_path / "objectives")
+    monkeypatch.setattr(objectives, "precision", lambda: "fp32")  # the folders' key; the runs pick their own
     monkeypatch.setattr(objectives, "EPOCHS", {"20": 1, "50": 1, "all": 1})
     monkeypatch.setattr(objectives, "TASK", "news_topic")
     monkeypatch.setattr(objectives, "FINETUNE_FLAGS", "--max_seq_length 32")
@@ -70,11 +71,11 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     assert random_init["n"] == 1 and "tfidf" in table["baselines"]["20"]
     for arm in ARMS:
         assert rows[arm]["20"]["test"]["n"] == 1 and rows[arm]["20"]["learning_rate"] == 3e-4
-        record = json.loads((runs / f"{arm}_10min" / "pretrain" / "record.json").read_text())
+        record = json.loads((runs / f"{arm}_10min_fp32" / "pretrain" / "record.json").read_text())
         assert record["threads"] == 1 and record["command"].endswith(f"pretrain {arm} --budget 10 --threads 1")
-    plm = json.loads((runs / "plm_lr6e-4_10min" / "pretrain" / "run_args.json").read_text())
+    plm = json.loads((runs / "plm_lr6e-4_10min_fp32" / "pretrain" / "run_args.json").read_text())
     assert plm["objective"] == "plm" and plm["learning_rate"] == 6e-4 and plm["max_steps"] == 4
-    markdown = (tiny_benchmark / "objectives.md").read_text()
+    markdown = (tiny_benchmark / "objectives_fp32.md").read_text()
     assert all(f"| {arm} |" in markdown for arm in ARMS) and "| tfidf |" in markdown
 
     # a clone holds the records, not the models
@@ -88,12 +89,12 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     objectives.main(["finetune", *ARMS, "--labels_per_class", "20", "--threads", "1"])
     assert not list(runs.rglob("model.safetensors"))
     objectives.main(["table"])
-    assert (tiny_benchmark / "objectives.md").read_text() == markdown
+    assert (tiny_benchmark / "objectives_fp32.md").read_text() == markdown
     # more seeds need the model: trained again; the committed records stay, the new run is noted
     objectives.main(["finetune", "bert_lr6e-4", "--labels_per_class", "20", "--seeds", "0", "1", "--threads", "1"])
     objectives.pretrain("plm_lr6e-4", 10, threads=1)
     for arm in ARMS:
-        pretrain = runs / f"{arm}_10min" / "pretrain"
+        pretrain = runs / f"{arm}_10min_fp32" / "pretrain"
         assert (pretrain / "model.safetensors").is_file()
         for name in ("results.json", "run_args.json"):  # BERT's run writes no run_args.json
             if pretrain.relative_to(runs) / name in records:
@@ -102,7 +103,7 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
         (again,) = record["pretrained_again"]
         assert again["eval_loss"] == pytest.approx(json.loads((pretrain / "results.json").read_text())["eval_loss"])
     assert all((runs / p).read_text() == text for p, text in records.items() if p.parent.name == "finetune_20")
-    bert = json.loads((runs / "bert_lr6e-4_10min" / "finetune_20.json").read_text())
+    bert = json.loads((runs / "bert_lr6e-4_10min_fp32" / "finetune_20.json").read_text())
     assert [r["seed"] for r in bert["runs"]] == [0, 1]  # seed 0 reused, not run twice
 
 
