@@ -3,6 +3,7 @@
     python -m benchmarks.objectives step_cost [--rounds 5 --steps 20]
     python -m benchmarks.objectives pretrain ARM [ARM ...] [--budget 10] [--threads 2]
     python -m benchmarks.objectives finetune ARM [ARM ...] [--labels_per_class 50] [--seeds 0] [--lr_grid 3e-4]
+    python -m benchmarks.objectives probe ARM [ARM ...] [--labels_per_class 50]
     python -m benchmarks.objectives table [--precision fp32|bf16]
 
 The arms (ARMS) train the main job's XLNet-Lite `small` on 20 Newsgroups' training text with
@@ -27,8 +28,10 @@ reused: the records (each pretraining's results, command and machine; each finet
 are committed, the models stay on the machine that trained them (ignored by git). Finetuning that its records cover
 runs nothing; a model that more finetuning needs and that is missing is pretrained again, the same model on the same
 kind of machine, precision and threads: its committed records stay, the new run is noted in record.json (a warning
-where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` or `_bf16`: what the recipes pick on
-the machine), and `table` writes benchmarks/results/objectives_<precision>.json and .md from one precision's records.
+where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` or `_bf16`: what the
+recipes pick on the machine). `probe` asks what each model learnt without finetuning it: linear probes of its frozen
+features (benchmarks.probes; the untrained architecture beside plm_lr6e-4), kept as probe_<labels>.json. `table`
+writes benchmarks/results/objectives_<precision>.json and .md from one precision's records.
 """
 
 from __future__ import annotations
@@ -228,19 +231,14 @@ def pretrain_bert(arm: str, budget: int, out: Path, threads: int) -> Path:
     return out
 
 
-def finetune_bert(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list[str], threads: int) -> dict:
+def finetune_bert(arm: str, pretrained: Path, runs: Path, labels: str, seeds: list[int], lr_grid: list[str]) -> dict:
     """The BERT arm finetuned as run_glue.py finetunes XLNet-Lite (benchmarks/baselines/bert_mlm.py's classifier,
-    the last epoch's model, a 10% warmup), each run cached; the summary in bench_newsgroups' layout."""
+    the last epoch's model, a 10% warmup), each run cached under `runs`; the summary in bench_newsgroups' layout."""
     from transformers import AutoTokenizer
 
     from benchmarks.bench_newsgroups import mean_std
     from xlnet_lite.classification_data import first_per_class, load_splits
 
-    runs = folder(arm, budget) / f"finetune_{labels}"
-    covered = _covered(Path(str(runs) + ".json"), seeds, lr_grid, ["pretrained"])
-    if covered:
-        return covered
-    pretrained = pretrain(arm, budget, threads)
     runs.mkdir(parents=True, exist_ok=True)
     splits = load_splits(embedded_task=TASK)
     if labels != "all":
@@ -346,14 +344,14 @@ def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list
     """benchmarks.bench_newsgroups on the arm's model (random init and TF-IDF come with plm_lr6e-4)."""
     from benchmarks import bench_newsgroups
 
-    if ARMS[arm][0] == "bert":
-        return finetune_bert(arm, budget, labels, seeds, lr_grid, threads)
     arms = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
     runs = folder(arm, budget) / f"finetune_{labels}"
     covered = _covered(Path(str(runs) + ".json"), seeds, lr_grid, arms)
     if covered:
         return covered
     pretrained = pretrain(arm, budget, threads)
+    if ARMS[arm][0] == "bert":
+        return finetune_bert(arm, pretrained, runs, labels, seeds, lr_grid)
     flags = f"--num_train_epochs {EPOCHS[labels]} --eval_strategy no {FINETUNE_FLAGS}".strip()
     argv = ["--pretrained", str(pretrained), "--embedded_task", TASK, "--labels_per_class", labels]
     argv += ["--lr_grid", *lr_grid]
@@ -362,8 +360,47 @@ def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list
     return bench_newsgroups.main(argv)
 
 
+def probe(arm: str, budget: int, labels: str, threads: int = 2) -> dict:
+    """Linear probes of the arm's frozen model on the task (benchmarks.probes), the untrained architecture beside
+    plm_lr6e-4's; cached in probe_<labels>.json (committed)."""
+    import torch
+
+    from benchmarks import probes
+
+    path = folder(arm, budget) / f"probe_{labels}.json"
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    models = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
+    if all(name in done for name in models):
+        return done
+    torch.set_num_threads(threads)
+    pretrained = pretrain(arm, budget, threads)
+    max_len = _flag(FINETUNE_FLAGS.split(), "--max_seq_length", 128)
+    for name in models:
+        if name not in done:
+            print(f"[{time.strftime('%H:%M:%S')}] probe {arm} {labels} {name}", flush=True)
+            done[name] = probes.probe(
+                str(pretrained),
+                random_init=name == "random_init",
+                embedded_task=TASK,
+                labels_per_class=labels,
+                max_len=max_len,
+            )
+            done[name].update(command=f"python -m benchmarks.objectives probe {arm} --labels_per_class {labels}")
+            done[name].update(threads=threads, environment=environment())
+    path.write_text(json.dumps(done, indent=2) + "\n")
+    return done
+
+
 def _summary(path: Path, labels: str) -> dict | None:
     return json.loads(path.read_text())["summary"][labels] if path.is_file() else None
+
+
+def _probe(path: Path, model: str) -> dict | None:
+    """The feature set that probes best on validation, with its validation and test accuracy."""
+    probed = json.loads(path.read_text()).get(model) if path.is_file() else None
+    if probed is None:
+        return None
+    return {"features": probed["best_on_validation"], **probed["probes"][probed["best_on_validation"]]}
 
 
 def write_table(budget: int = 10, precision_: str | None = None) -> dict:
@@ -396,14 +433,22 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
                 _summary(runs / f"finetune_{labels}.json", labels),
                 _summary(reference / f"finetune_{labels}.json", labels),
             )
+            probed, untrained = (
+                _probe(runs / f"probe_{labels}.json", "pretrained"),
+                _probe(reference / f"probe_{labels}.json", "random_init"),
+            )
+            if probed:
+                row.setdefault(labels, {})["probe"] = probed
+            if untrained:
+                baselines.setdefault(labels, {})["random_init_probe"] = untrained
             if own is None:
                 continue
             test = own["pretrained"]["test_accuracy"]
-            row[labels] = {"test": test, "validation": own["pretrained"]["validation_accuracy"]}
+            row.setdefault(labels, {}).update(test=test, validation=own["pretrained"]["validation_accuracy"])
             row[labels]["learning_rate"] = own["pretrained"]["learning_rate"]
             if ref is not None:
                 row[labels]["gain"] = test["mean"] - ref["random_init"]["test_accuracy"]["mean"]
-                baselines[labels] = {k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")}
+                baselines.setdefault(labels, {}).update({k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")})
         rows.append(row)
     result = {"budget_minutes": budget, "precision": precision_, "step_cost": str(STEP_COST)}
     result.update(environment=environment(), arms=rows, baselines=baselines)
@@ -413,6 +458,11 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         text = f"{t:.3f}" if isinstance(t, float) else f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']})"
         return text + ("" if gain is None else f" {gain * 100:+.1f}")
 
+    def probe_cell(p):  # the test accuracy of the feature set chosen on validation
+        layer = p["features"].removeprefix("mean_layer_")
+        return f"{p['test_accuracy']:.3f} ({'read token' if layer == p['features'] else 'mean, layer ' + layer})"
+
+    probed = [b for b in EPOCHS if any("probe" in row.get(b, {}) for row in rows)]
     lines = [
         f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM), {precision_}",
         "",
@@ -421,22 +471,28 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         "on 20 Newsgroups, mean ± std over seeds (n), then the gain in points over random initialisation of the same "
         "size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows come with plm_lr6e-4's finetuning: "
         "without it the gains are blank); validation (seed 0, finetuning rate 3e-4) chose each objective's entry. "
-        "The loss is each objective's own (not comparable across objectives).",
+        "The loss is each objective's own (not comparable across objectives). A linear probe is a logistic "
+        "regression on the frozen model's features (benchmarks/probes.py): its test accuracy with the feature set "
+        "that probes best on validation (a layer's mean over the tokens, or the last layer at the token the "
+        "classifier reads).",
         "",
         "| arm | machine | steps | tokens | FLOPs | own loss | validation, 50 per group | "
         + " | ".join(f"test, {b} per group" if b != "all" else "test, every label" for b in EPOCHS)
+        + "".join(f" | linear probe, {b} per group" if b != "all" else " | linear probe, every label" for b in probed)
         + " |",
-        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(EPOCHS),
+        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * (len(EPOCHS) + len(probed)),
     ]
     for row in rows:
-        selection = f"{row['50']['validation']['values'][0]:.3f}" if "50" in row else ""
-        cells = [cell(row[b]["test"], row[b].get("gain")) if b in row else "" for b in EPOCHS]
+        selection = f"{row['50']['validation']['values'][0]:.3f}" if "test" in row.get("50", {}) else ""
+        cells = [cell(row[b]["test"], row[b].get("gain")) if "test" in row.get(b, {}) else "" for b in EPOCHS]
+        cells += [probe_cell(row[b]["probe"]) if "probe" in row.get(b, {}) else "" for b in probed]
         lines.append(
             f"| {row['arm']} | {row['machine']} | {row['steps']:,} | {row['tokens'] / 1e6:.1f}M | {row['flops']:.2e} | "
             f"{row['eval_loss']:.3f} | {selection} | " + " | ".join(cells) + " |"
         )
     for name in ("random_init", "tfidf"):
-        cells = [cell(baselines[b][name]) if b in baselines else "" for b in EPOCHS]
+        cells = [cell(baselines[b][name]) if name in baselines.get(b, {}) else "" for b in EPOCHS]
+        cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
         lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
     Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -445,7 +501,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["step_cost", "pretrain", "finetune", "table"])
+    parser.add_argument("command", choices=["step_cost", "pretrain", "finetune", "probe", "table"])
     parser.add_argument("arms", nargs="*", help=f"Arms of the grid: {', '.join(ARMS)}.")
     parser.add_argument("--budget", type=int, choices=sorted(MAIN_JOB_STEPS), default=10)
     parser.add_argument("--labels_per_class", nargs="+", choices=sorted(EPOCHS), default=["50"])
@@ -456,7 +512,7 @@ def main(argv=None):
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], help="table: the runs of this precision (default: this machine's)."
     )
-    parser.add_argument("--threads", type=int, default=2, help="Torch threads of pretraining and step_cost.")
+    parser.add_argument("--threads", type=int, default=2, help="Torch threads of pretraining, probe and step_cost.")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     unknown = [a for a in args.arms if a not in ARMS]
@@ -470,6 +526,9 @@ def main(argv=None):
         elif args.command == "finetune":
             for labels in args.labels_per_class:
                 finetune(arm, args.budget, labels, args.seeds, args.lr_grid, args.threads)
+        elif args.command == "probe":
+            for labels in args.labels_per_class:
+                probe(arm, args.budget, labels, args.threads)
     if args.command == "table":
         return write_table(args.budget, args.precision)
 

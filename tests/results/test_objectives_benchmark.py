@@ -1,7 +1,8 @@
 """benchmarks.objectives end to end at tiny settings: both kinds of arm (the recipe's objectives, here the permutation
 LM with random init and TF-IDF beside it; transformers' BERT) pretrain, finetune (on the small embedded news task
-here) and land in the table; the committed records are what a later run reuses, and a model that is missing is
-trained again to the record's loss. Every arm of the grid is a valid run of the recipe."""
+here), are probed (linear probes of the frozen models) and land in the table; the committed records are what a later
+run reuses, and a model that is missing is trained again to the record's loss. Every arm of the grid is a valid run
+of the recipe."""
 
 import json
 import shutil
@@ -75,18 +76,34 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
         assert record["threads"] == 1 and record["command"].endswith(f"pretrain {arm} --budget 10 --threads 1")
     plm = json.loads((runs / "plm_lr6e-4_10min_fp32" / "pretrain" / "run_args.json").read_text())
     assert plm["objective"] == "plm" and plm["learning_rate"] == 6e-4 and plm["max_steps"] == 4
+    # linear probes of the frozen models, the untrained architecture beside plm_lr6e-4
+    objectives.main(["probe", *ARMS, "--labels_per_class", "20", "--threads", "1"])
+    plm_probe = json.loads((runs / "plm_lr6e-4_10min_fp32" / "probe_20.json").read_text())
+    assert sorted(plm_probe) == ["pretrained", "random_init"] and plm_probe["random_init"]["random_init"]
+    features = {f"mean_layer_{i}" for i in range(3)} | {"read_token_last_layer"}  # the tiny model's 2 layers
+    assert set(plm_probe["pretrained"]["probes"]) == features and plm_probe["pretrained"]["max_len"] == 32
+    bert_probe = json.loads((runs / "bert_lr6e-4_10min_fp32" / "probe_20.json").read_text())
+    assert sorted(bert_probe) == ["pretrained"] and bert_probe["pretrained"]["kind"] == "bert"
+    table = objectives.main(["table"])
+    rows = {row["arm"]: row for row in table["arms"]}
+    for arm, probed in (("plm_lr6e-4", plm_probe), ("bert_lr6e-4", bert_probe)):
+        best = probed["pretrained"]["best_on_validation"]
+        assert rows[arm]["20"]["probe"] == {"features": best, **probed["pretrained"]["probes"][best]}
+    assert table["baselines"]["20"]["random_init_probe"]["features"] == plm_probe["random_init"]["best_on_validation"]
     markdown = (tiny_benchmark / "objectives_fp32.md").read_text()
     assert all(f"| {arm} |" in markdown for arm in ARMS) and "| tfidf |" in markdown
+    assert "| linear probe, 20 per group |" in markdown
 
     # a clone holds the records, not the models
     kept = committed(runs, tiny_benchmark)
     names = {p.name for p in kept}
-    assert {"results.json", "record.json", "run_args.json", "finetune_20.json"} <= names
+    assert {"results.json", "record.json", "run_args.json", "finetune_20.json", "probe_20.json"} <= names
     assert not names & {"model.safetensors", "config.json", "tokenizer.json", "metrics.jsonl", "loss.png"}
     assert not [p for p in kept if "checkpoints" in p.parts]
     records = {p: (runs / p).read_text() for p in kept}
     # finetuning its records cover runs nothing, and the table is the same
     objectives.main(["finetune", *ARMS, "--labels_per_class", "20", "--threads", "1"])
+    objectives.main(["probe", *ARMS, "--labels_per_class", "20", "--threads", "1"])
     assert not list(runs.rglob("model.safetensors"))
     objectives.main(["table"])
     assert (tiny_benchmark / "objectives_fp32.md").read_text() == markdown
