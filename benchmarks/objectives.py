@@ -452,7 +452,6 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         rows.append(row)
     result = {"budget_minutes": budget, "precision": precision_, "step_cost": str(STEP_COST)}
     result.update(environment=environment(), arms=rows, baselines=baselines)
-    Path(f"{TABLE}_{precision_}.json").write_text(json.dumps(result, indent=2) + "\n")
 
     def cell(t, gain=None):  # mean ± std (n) over seeds; TF-IDF is deterministic: one number
         text = f"{t:.3f}" if isinstance(t, float) else f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']})"
@@ -496,7 +495,76 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
     Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    result["entries"] = entries(rows)
+    plot(result, Path(f"{TABLE}_{precision_}.png"))
+    Path(f"{TABLE}_{precision_}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def entries(rows: list[dict]) -> dict[str, str]:
+    """{objective: its arm with the best validation accuracy at 50 labels per group, seed 0} (the first on ties)."""
+    best: dict[str, dict] = {}
+    for row in rows:
+        if "test" in row.get("50", {}):
+            score = row["50"]["validation"]["values"][0]
+            if row["objective"] not in best or score > best[row["objective"]]["50"]["validation"]["values"][0]:
+                best[row["objective"]] = row
+    return {objective: row["arm"] for objective, row in best.items()}
+
+
+def plot(result: dict, path: Path) -> None:
+    """Each objective's entry by number of labels: finetuned test accuracy (mean, std over seeds) beside random init
+    and TF-IDF, and, where probed, the linear probe's test accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {row["arm"]: row for row in result["arms"]}
+    arms = list(result["entries"].values())
+    panels = [("test", "finetuned")] + (
+        [("probe", "linear probe, frozen")] if any("probe" in rows[a].get(b, {}) for a in arms for b in EPOCHS) else []
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False, sharey=True)
+    width = 0.8 / (len(arms) + 2)
+    for ax, (key, title) in zip(axes[0], panels):
+        for g, labels in enumerate(EPOCHS):
+            bars = [(a, rows[a][labels][key]) for a in arms if key in rows[a].get(labels, {})]
+            base = result["baselines"].get(labels, {})
+            bars += [
+                (name, base[name + ("_probe" if key == "probe" else "")])
+                for name in ("random_init", "tfidf")
+                if name + ("_probe" if key == "probe" else "") in base
+            ]
+            for i, (name, value) in enumerate(bars):
+                if key == "probe":
+                    mean, std = value["test_accuracy"], 0.0
+                else:
+                    mean, std = (value, 0.0) if isinstance(value, float) else (value["mean"], value["std"])
+                color = f"C{arms.index(name)}" if name in arms else {"random_init": "0.6", "tfidf": "0.3"}[name]
+                ax.bar(
+                    g + (i - len(bars) / 2 + 0.5) * width,
+                    mean,
+                    width,
+                    yerr=std,
+                    color=color,
+                    capsize=2,
+                    label=name,
+                )
+        ax.set_xticks(range(len(EPOCHS)), [f"{b} per group" if b != "all" else "every label" for b in EPOCHS])
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("20 Newsgroups test accuracy")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    unique = dict(zip(names, handles))  # one entry per name
+    fig.legend(
+        unique.values(), unique.keys(), loc="upper center", ncol=len(unique), frameon=False, bbox_to_anchor=(0.5, 1.05)
+    )
+    fig.suptitle(
+        f"Pretraining objectives at equal compute ({result['budget_minutes']} min), {result['precision']}", y=1.12
+    )
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
 
 
 def main(argv=None):

@@ -93,6 +93,7 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     markdown = (tiny_benchmark / "objectives_fp32.md").read_text()
     assert all(f"| {arm} |" in markdown for arm in ARMS) and "| tfidf |" in markdown
     assert "| linear probe, 20 per group |" in markdown
+    assert (tiny_benchmark / "objectives_fp32.png").stat().st_size > 10_000  # the plot
 
     # a clone holds the records, not the models
     kept = committed(runs, tiny_benchmark)
@@ -135,3 +136,13 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
             args = parse_args(PretrainingArguments, [*objectives.recipe_flags(objective, str(tmp_path)), *flags])
             check_args(args)
             assert args.objective == objective
+
+
+def test_each_objectives_entry_is_its_best_point_on_validation():
+    def row(arm, validation=None):
+        found = {} if validation is None else {"50": {"test": {}, "validation": {"values": [validation, 0.1]}}}
+        return {"arm": arm, "objective": arm.split("_")[0], **found}
+
+    rows = [row("plm_lr3e-4", 0.70), row("plm_lr6e-4", 0.73), row("plm_lr1e-3", 0.73), row("mlm_lr6e-4", 0.6)]
+    rows += [row("clm_lr6e-4"), row("mlm_lr1e-3", 0.68)]
+    assert objectives.entries(rows) == {"plm": "plm_lr6e-4", "mlm": "mlm_lr1e-3"}  # the first on ties; seed 0's
