@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-C_GRID = (0.01, 0.1, 1.0, 10.0)
+C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
 
 def load_model(path: str, *, random_init: bool):
