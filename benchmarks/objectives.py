@@ -493,12 +493,41 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         cells = [cell(baselines[b][name]) if name in baselines.get(b, {}) else "" for b in EPOCHS]
         cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
         lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
+    lines += probe_tables(budget, precision_, probed)
     Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     result["entries"] = entries(rows)
     plot(result, Path(f"{TABLE}_{precision_}.png"))
     Path(f"{TABLE}_{precision_}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def probe_tables(budget: int, precision_: str, labels_probed: list[str]) -> list[str]:
+    """Markdown: per number of labels, every probed model's test accuracy per feature set (validation's choice in
+    bold)."""
+    lines = []
+    for labels in labels_probed:
+        probed = {}
+        for arm in ARMS:
+            path = folder(arm, budget, precision_) / f"probe_{labels}.json"
+            for model, result in (json.loads(path.read_text()) if path.is_file() else {}).items():
+                probed[arm if model == "pretrained" else model] = result
+        features = list(next(iter(probed.values()))["probes"])
+        heads = [f.replace("mean_layer_0", "embeddings").replace("mean_layer_", "layer ") for f in features]
+        heads = [h.replace("read_token_last_layer", "read token, last layer") for h in heads]
+        lines += [
+            "",
+            f"Linear probes, {labels} training texts per group: test accuracy per feature set (the mean over "
+            "the tokens of the embeddings and of each layer's output; the last layer at the token the classifier"
+            " reads), the set chosen on validation in bold.",
+            "",
+        ]
+        lines += ["| model | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(heads)]
+        for name, result in probed.items():
+            cells = [f"{result['probes'][f]['test_accuracy']:.3f}" for f in features]
+            cells = [f"**{c}**" if f == result["best_on_validation"] else c for f, c in zip(features, cells)]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def entries(rows: list[dict]) -> dict[str, str]:

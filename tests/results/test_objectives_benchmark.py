@@ -93,6 +93,8 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     markdown = (tiny_benchmark / "objectives_fp32.md").read_text()
     assert all(f"| {arm} |" in markdown for arm in ARMS) and "| tfidf |" in markdown
     assert "| linear probe, 20 per group |" in markdown
+    by_layer = markdown.split("Linear probes, 20 training texts per group")[1]
+    assert all(f"| {name} | " in by_layer for name in ("plm_lr6e-4", "random_init", "bert_lr6e-4"))
     assert (tiny_benchmark / "objectives_fp32.png").stat().st_size > 10_000  # the plot
 
     # a clone holds the records, not the models
