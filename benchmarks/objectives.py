@@ -340,11 +340,16 @@ def _covered(summary: Path, seeds: list[int], lr_grid: list[str], arms: list[str
     return done if (done.get("seeds"), done.get("lr_grid"), done.get("arms")) == wanted else None
 
 
+def _models(arm: str) -> list[str]:
+    """What an arm's finetuning and probes run: its model, and the untrained architecture beside plm_lr6e-4's."""
+    return ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
+
+
 def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list[str], threads: int = 2) -> dict:
     """benchmarks.bench_newsgroups on the arm's model (random init and TF-IDF come with plm_lr6e-4)."""
     from benchmarks import bench_newsgroups
 
-    arms = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
+    arms = _models(arm)
     runs = folder(arm, budget) / f"finetune_{labels}"
     covered = _covered(Path(str(runs) + ".json"), seeds, lr_grid, arms)
     if covered:
@@ -369,7 +374,7 @@ def probe(arm: str, budget: int, labels: str, threads: int = 2) -> dict:
 
     path = folder(arm, budget) / f"probe_{labels}.json"
     done = json.loads(path.read_text()) if path.is_file() else {}
-    models = ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
+    models = _models(arm)
     if all(name in done for name in models):
         return done
     torch.set_num_threads(threads)
