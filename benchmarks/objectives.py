@@ -111,13 +111,14 @@ def step_cost(args) -> dict:
 
     torch.set_num_threads(args.threads)
     accelerator, objectives, tmp = Accelerator(cpu=True), ("plm", "mlm", "clm", "bert"), tempfile.mkdtemp()
-    setups = {}
+    setups, store = {}, None
     for objective in objectives[:3]:
         run = training.parse_args(PretrainingArguments, recipe_flags(objective, tmp))
         check_args(run)
-        docs = pretraining.load_corpus(run)
-        tokenizer = pretraining.get_tokenizer(run, docs[0], accelerator)
-        store = pretraining.get_token_store(run, tokenizer, *docs, accelerator)
+        if store is None:  # one text, tokenizer and token store for the three (only the objective differs)
+            docs = pretraining.load_corpus(run)
+            tokenizer = pretraining.get_tokenizer(run, docs[0], accelerator)
+            store = pretraining.get_token_store(run, tokenizer, *docs, accelerator)
         stream, collator, _ = pretraining.build_data(run, tokenizer, store, accelerator)
         torch.manual_seed(0)
         model = pretraining.build_model(run, tokenizer).train()
@@ -400,9 +401,8 @@ def _summary(path: Path, labels: str) -> dict | None:
     return json.loads(path.read_text())["summary"][labels] if path.is_file() else None
 
 
-def _probe(path: Path, model: str) -> dict | None:
-    """The feature set that probes best on validation, with its validation and test accuracy."""
-    probed = json.loads(path.read_text()).get(model) if path.is_file() else None
+def _best_probe(probed: dict | None) -> dict | None:
+    """A probed model's feature set that probes best on validation, with its validation and test accuracy."""
     if probed is None:
         return None
     return {"features": probed["best_on_validation"], **probed["probes"][probed["best_on_validation"]]}
@@ -414,7 +414,8 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     cost = json.loads(STEP_COST.read_text())
     precision_ = precision_ or precision()
     reference = folder("plm_lr6e-4", budget, precision_)  # random init and TF-IDF come with this arm
-    rows, baselines = [], {}
+    rows, baselines, probed_models = [], {}, {labels: {} for labels in EPOCHS}  # labels -> {arm or baseline: probe}
+    references = {labels: _summary(reference / f"finetune_{labels}.json", labels) for labels in EPOCHS}
     for arm, (objective, flags) in ARMS.items():
         runs = folder(arm, budget, precision_)
         if not (runs / "pretrain" / "results.json").is_file():
@@ -434,18 +435,12 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         if any(abs(loss - row["eval_loss"]) > 1e-3 for loss in again):
             row["machine"] += f"; pretrained again to loss {again[-1]:.3f}"
         for labels in EPOCHS:
-            own, ref = (
-                _summary(runs / f"finetune_{labels}.json", labels),
-                _summary(reference / f"finetune_{labels}.json", labels),
-            )
-            probed, untrained = (
-                _probe(runs / f"probe_{labels}.json", "pretrained"),
-                _probe(reference / f"probe_{labels}.json", "random_init"),
-            )
-            if probed:
-                row.setdefault(labels, {})["probe"] = probed
-            if untrained:
-                baselines.setdefault(labels, {})["random_init_probe"] = untrained
+            own, ref = _summary(runs / f"finetune_{labels}.json", labels), references[labels]
+            path = runs / f"probe_{labels}.json"
+            for model, probed in (json.loads(path.read_text()) if path.is_file() else {}).items():
+                probed_models[labels][arm if model == "pretrained" else model] = probed
+            if arm in probed_models[labels]:
+                row.setdefault(labels, {})["probe"] = _best_probe(probed_models[labels][arm])
             if own is None:
                 continue
             test = own["pretrained"]["test_accuracy"]
@@ -455,6 +450,9 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
                 row[labels]["gain"] = test["mean"] - ref["random_init"]["test_accuracy"]["mean"]
                 baselines.setdefault(labels, {}).update({k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")})
         rows.append(row)
+    for labels, probed in probed_models.items():
+        if "random_init" in probed:
+            baselines.setdefault(labels, {})["random_init_probe"] = _best_probe(probed["random_init"])
     result = {"budget_minutes": budget, "precision": precision_, "step_cost": str(STEP_COST)}
     result.update(environment=environment(), arms=rows, baselines=baselines)
 
@@ -498,7 +496,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         cells = [cell(baselines[b][name]) if name in baselines.get(b, {}) else "" for b in EPOCHS]
         cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
         lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
-    lines += probe_tables(budget, precision_, probed)
+    lines += probe_tables({labels: probed_models[labels] for labels in probed})
     Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     result["entries"] = entries(rows)
@@ -507,16 +505,11 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     return result
 
 
-def probe_tables(budget: int, precision_: str, labels_probed: list[str]) -> list[str]:
-    """Markdown: per number of labels, every probed model's test accuracy per feature set (validation's choice in
-    bold)."""
+def probe_tables(probed_models: dict[str, dict[str, dict]]) -> list[str]:
+    """Markdown: per number of labels ({labels: {model: its probe file's entry}}), every probed model's test accuracy
+    per feature set (validation's choice in bold)."""
     lines = []
-    for labels in labels_probed:
-        probed = {}
-        for arm in ARMS:
-            path = folder(arm, budget, precision_) / f"probe_{labels}.json"
-            for model, result in (json.loads(path.read_text()) if path.is_file() else {}).items():
-                probed[arm if model == "pretrained" else model] = result
+    for labels, probed in probed_models.items():
         features = list(next(iter(probed.values()))["probes"])
         heads = [f.replace("mean_layer_0", "embeddings").replace("mean_layer_", "layer ") for f in features]
         heads = [h.replace("read_token_last_layer", "read token, last layer") for h in heads]
@@ -564,12 +557,8 @@ def plot(result: dict, path: Path) -> None:
     for ax, (key, title) in zip(axes[0], panels):
         for g, labels in enumerate(EPOCHS):
             bars = [(a, rows[a][labels][key]) for a in arms if key in rows[a].get(labels, {})]
-            base = result["baselines"].get(labels, {})
-            bars += [
-                (name, base[name + ("_probe" if key == "probe" else "")])
-                for name in ("random_init", "tfidf")
-                if name + ("_probe" if key == "probe" else "") in base
-            ]
+            base, suffix = result["baselines"].get(labels, {}), "_probe" if key == "probe" else ""
+            bars += [(name, base[name + suffix]) for name in ("random_init", "tfidf") if name + suffix in base]
             for i, (name, value) in enumerate(bars):
                 if key == "probe":
                     mean, std = value["test_accuracy"], 0.0
