@@ -1,6 +1,6 @@
 """What the permutation objective buys over masked and causal LM at equal compute, on the main job's text and protocol.
 
-    python -m benchmarks.objectives step_cost [--rounds 5 --steps 20]
+    python -m benchmarks.objectives step_cost [--rounds 5 --steps 20] [--levers]
     python -m benchmarks.objectives pretrain ARM [ARM ...] [--budget 10] [--threads 2]
     python -m benchmarks.objectives finetune ARM [ARM ...] [--labels_per_class 50] [--seeds 0] [--lr_grid 3e-4]
     python -m benchmarks.objectives probe ARM [ARM ...] [--labels_per_class 50]
@@ -19,7 +19,10 @@ counts its FLOPs (torch's FlopCounterMode, forward and backward); an arm of budg
 The grid, fixed before any test figure was seen, the same number of points per objective: the learning rate 3e-4 /
 6e-4 / 1e-3 at the recipe's defaults (a constant rate after 100 warmup steps; plm predicting a third of the tokens,
 mlm 15%); then, at the learning rate that finetunes best on validation, a linear decay, and one lever of the
-objective's own (plm: XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay). Each objective's point with the
+objective's own (plm: XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that changes what a
+step costs trains for its own equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm
+predicting two thirds of each step (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the
+grid's first points (and its probes: the frozen features follow targets per step). Each objective's point with the
 best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries
 are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as
 the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups), which come with
@@ -74,25 +77,47 @@ def folder(arm: str, budget: int, precision_: str | None = None) -> Path:
     return RUNS / f"{arm}_{budget}min_{precision_ or precision()}"
 
 
+LEVERS = {  # each objective's own lever in the grid
+    "plm": ("p6", ["--plm_probability", str(1 / 6)]),
+    "mlm": ("m30", ["--mlm_probability", "0.3"]),
+    "clm": ("cosine", ["--lr_scheduler_type", "cosine"]),
+    "bert": ("m30", ["--mlm_probability", "0.3"]),
+}
+# Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
+# permutation LM predicting two thirds of each step's tokens.
+WHY_LEVERS = {"plm": ("p67", ["--plm_probability", str(2 / 3)])}
+# Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
+COSTED_LEVERS = {
+    f"{objective}_{name}": (objective, flags)
+    for objective, (name, flags) in [*LEVERS.items(), *WHY_LEVERS.items()]
+    if "--lr_scheduler_type" not in flags
+}
+
+
 def _arms() -> dict[str, tuple[str, list[str]]]:
     """Every point of the grid at every rate (the linear decay and the own lever run only at each objective's best
-    rate, which validation decides)."""
-    levers = {
-        "plm": ("p6", ["--plm_probability", str(1 / 6)]),
-        "mlm": ("m30", ["--mlm_probability", "0.3"]),
-        "clm": ("cosine", ["--lr_scheduler_type", "cosine"]),
-        "bert": ("m30", ["--mlm_probability", "0.3"]),
-    }
+    rate, which validation decides), and the arms outside it."""
     arms = {}
-    for objective, (lever, lever_flags) in levers.items():
+    for objective, (lever, lever_flags) in LEVERS.items():
         for lr in LEARNING_RATES:
             arms[f"{objective}_lr{lr}"] = (objective, ["--learning_rate", lr])
             arms[f"{objective}_lr{lr}_linear"] = (objective, ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
             arms[f"{objective}_lr{lr}_{lever}"] = (objective, ["--learning_rate", lr, *lever_flags])
+            if objective in WHY_LEVERS:
+                name, flags = WHY_LEVERS[objective]
+                arms[f"{objective}_lr{lr}_{name}"] = (objective, ["--learning_rate", lr, *flags])
     return arms
 
 
 ARMS = _arms()
+WHY_ARMS = {arm for arm in ARMS if any(arm.endswith("_" + name) for name, _ in WHY_LEVERS.values())}
+
+
+def cost_key(arm: str) -> str:
+    """Where the arm's step cost is kept: its objective, or `<objective>_<lever>` for a lever that changes it."""
+    objective = ARMS[arm][0]
+    key = f"{objective}_{arm.rsplit('_', 1)[1]}"
+    return key if key in COSTED_LEVERS else objective
 
 
 def recipe_flags(objective: str, output_dir: str) -> list[str]:
@@ -100,7 +125,10 @@ def recipe_flags(objective: str, output_dir: str) -> list[str]:
 
 
 def step_cost(args) -> dict:
-    """Seconds and FLOPs of one training step per objective at the main job's shapes, interleaved in one process."""
+    """Seconds and FLOPs of one training step per objective at the main job's shapes, interleaved in one process.
+    With --levers: each lever that changes a step's cost beside its objective, its steps in the budgets scaled from
+    the objective's committed ones by the ratio of their step times (added to the file; the objectives' own steps,
+    which earlier runs trained for, stay)."""
     import torch
     from accelerate import Accelerator
     from torch.utils.flop_counter import FlopCounterMode
@@ -110,12 +138,31 @@ def step_cost(args) -> dict:
     from xlnet_lite import pretraining, training
 
     torch.set_num_threads(args.threads)
-    accelerator, objectives, tmp = Accelerator(cpu=True), ("plm", "mlm", "clm", "bert"), tempfile.mkdtemp()
-    setups, store = {}, None
-    for objective in objectives[:3]:
-        run = training.parse_args(PretrainingArguments, recipe_flags(objective, tmp))
+    accelerator, tmp = Accelerator(cpu=True), tempfile.mkdtemp()
+    variants = {o: (o, []) for o in ("plm", "mlm", "clm", "bert")}
+    if args.levers:
+        variants = {**{o: variants[o] for o in dict.fromkeys(o for o, _ in COSTED_LEVERS.values())}, **COSTED_LEVERS}
+        if not STEP_COST.is_file():
+            sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
+    setups, store, blocks = {}, None, None
+    for key, (objective, flags) in variants.items():
+        torch.manual_seed(0)
+        if objective == "bert":  # <cls> A <sep> blocks, no memory
+            if blocks is None:
+                texts, _, bert_tokenizer = main_job_text()
+                blocks = bert_mlm.mlm_blocks(texts, bert_tokenizer, 128)
+            config = bert_mlm.bert_config_like("small", len(bert_tokenizer), pad_token_id=bert_tokenizer.pad_token_id)
+            bert = BertForMaskedLM(config).train()
+            order = bert_mlm._block_order(len(blocks), 16, 0)
+            collate = bert_mlm._mlm_collator(bert_tokenizer, _flag(flags, "--mlm_probability", 0.15), 0)
+            setups[key] = dict(model=bert, optimizer=torch.optim.AdamW(bert.parameters(), lr=1e-4))
+            setups[key]["next"] = lambda order=order, collate=collate: {
+                k: v for k, v in collate(list(blocks[next(order)])).items() if k != "attention_mask"
+            }
+            continue
+        run = training.parse_args(PretrainingArguments, recipe_flags(objective, tmp) + flags)
         check_args(run)
-        if store is None:  # one text, tokenizer and token store for the three (only the objective differs)
+        if store is None:  # one text, tokenizer and token store for all (only the objective differs)
             docs = pretraining.load_corpus(run)
             tokenizer = pretraining.get_tokenizer(run, docs[0], accelerator)
             store = pretraining.get_token_store(run, tokenizer, *docs, accelerator)
@@ -123,19 +170,10 @@ def step_cost(args) -> dict:
         torch.manual_seed(0)
         model = pretraining.build_model(run, tokenizer).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        setups[objective] = dict(stream=stream, collator=collator, model=model, optimizer=optimizer, mems=None)
-    texts, _, tokenizer = main_job_text()
-    blocks = bert_mlm.mlm_blocks(texts, tokenizer, 128)
-    torch.manual_seed(0)
-    bert = BertForMaskedLM(bert_mlm.bert_config_like("small", len(tokenizer), pad_token_id=tokenizer.pad_token_id))
-    order, bert_collator = bert_mlm._block_order(len(blocks), 16, 0), bert_mlm._mlm_collator(tokenizer, 0.15, 0)
-    setups["bert"] = dict(model=bert.train(), optimizer=torch.optim.AdamW(bert.parameters(), lr=1e-4))
-    setups["bert"]["next"] = lambda: {
-        k: v for k, v in bert_collator(list(blocks[next(order)])).items() if k != "attention_mask"
-    }
+        setups[key] = dict(stream=stream, collator=collator, model=model, optimizer=optimizer, mems=None)
 
     def step(s):
-        if "next" in s:  # BERT: <cls> A <sep> blocks, no memory
+        if "next" in s:
             batch = s["next"]()
             out = s["model"](**batch)
         else:
@@ -148,41 +186,64 @@ def step_cost(args) -> dict:
         return batch
 
     flops, scored = {}, {}
-    for objective, s in setups.items():
+    for key, s in setups.items():
         for _ in range(3):  # warm up, and a memory from the second step on
             step(s)
         with FlopCounterMode(display=False) as counter:
             batch = step(s)
-        flops[objective] = counter.get_total_flops()
-        scored[objective] = int((batch["labels"] != -100).sum())
-        print(f"{objective}: {flops[objective]:.3e} FLOPs a step, {scored[objective]} tokens scored", flush=True)
-    seconds = {o: [] for o in objectives}
+        flops[key] = counter.get_total_flops()
+        scored[key] = int((batch["labels"] != -100).sum())
+        print(f"{key}: {flops[key]:.3e} FLOPs a step, {scored[key]} tokens scored", flush=True)
+    seconds = {key: [] for key in setups}
     for _ in range(args.rounds):
-        for objective, s in setups.items():
+        for key, s in setups.items():
             start = time.perf_counter()
             for _ in range(args.steps):
                 step(s)
-            seconds[objective].append((time.perf_counter() - start) / args.steps)
-            print(f"round {len(seconds[objective])} {objective}: {seconds[objective][-1]:.3f} s a step", flush=True)
-    median = {o: statistics.median(v) for o, v in seconds.items()}
-    tokens = 16 * 128
-    result = {
+            seconds[key].append((time.perf_counter() - start) / args.steps)
+            print(f"round {len(seconds[key])} {key}: {seconds[key][-1]:.3f} s a step", flush=True)
+    median = {key: statistics.median(v) for key, v in seconds.items()}
+    measured = {
         "command": "python -m benchmarks.objectives step_cost " + shlex.join(args.argv),
         "environment": environment(),
         "threads": args.threads,
-        "batch": "16 x 128 tokens, memory 96 (BERT: none), small preset, vocab 8000 (the main job's)",
-        "step_seconds": {o: {"median": median[o], "rounds": seconds[o]} for o in objectives},
-        "relative_step_time": {o: median[o] / median["plm"] for o in objectives},
-        "flops_per_step": flops,
-        "relative_flops": {o: flops[o] / flops["plm"] for o in objectives},
-        "tokens_per_step": tokens,
-        "scored_tokens_per_step": scored,
-        "steps": {
-            str(b): {o: round(n * median["plm"] / median[o]) for o in objectives} for b, n in MAIN_JOB_STEPS.items()
-        },
     }
+    if args.levers:
+        result = json.loads(STEP_COST.read_text())
+        result["levers"] = {
+            key: {
+                "flags": flags,
+                "step_seconds": {"median": median[key], "rounds": seconds[key]},
+                f"{objective}_step_seconds": {"median": median[objective], "rounds": seconds[objective]},
+                "relative_step_time": median[key] / median[objective],
+                "flops_per_step": flops[key],
+                "relative_flops": flops[key] / flops[objective],
+                "scored_tokens_per_step": scored[key],
+                "steps": {b: round(n[objective] * median[objective] / median[key]) for b, n in result["steps"].items()},
+                **measured,
+            }
+            for key, (objective, flags) in COSTED_LEVERS.items()
+        }
+        shown = {key: {k: v[k] for k in ("relative_step_time", "steps")} for key, v in result["levers"].items()}
+    else:
+        objectives = list(setups)
+        tokens = 16 * 128
+        result = {
+            **measured,
+            "batch": "16 x 128 tokens, memory 96 (BERT: none), small preset, vocab 8000 (the main job's)",
+            "step_seconds": {o: {"median": median[o], "rounds": seconds[o]} for o in objectives},
+            "relative_step_time": {o: median[o] / median["plm"] for o in objectives},
+            "flops_per_step": flops,
+            "relative_flops": {o: flops[o] / flops["plm"] for o in objectives},
+            "tokens_per_step": tokens,
+            "scored_tokens_per_step": scored,
+            "steps": {
+                str(b): {o: round(n * median["plm"] / median[o]) for o in objectives} for b, n in MAIN_JOB_STEPS.items()
+            },
+        }
+        shown = {k: result[k] for k in ("relative_step_time", "relative_flops", "steps")}
     STEP_COST.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("relative_step_time", "relative_flops", "steps")}, indent=2))
+    print(json.dumps(shown, indent=2))
     return result
 
 
@@ -210,7 +271,7 @@ def pretrain_bert(arm: str, budget: int, out: Path, threads: int) -> Path:
 
     torch.set_num_threads(threads)
     _, flags = ARMS[arm]
-    steps = arm_steps("bert", budget)
+    steps = arm_steps(arm, budget)
     print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
     train, validation, tokenizer = main_job_text()
     shape = recipe_flags("bert", str(out))  # the XLNet arms' size, rows and batch
@@ -283,10 +344,16 @@ def finetune_bert(arm: str, pretrained: Path, runs: Path, labels: str, seeds: li
     return result
 
 
-def arm_steps(objective: str, budget: int) -> int:
-    if not STEP_COST.is_file():
+def arm_steps(arm: str, budget: int) -> int:
+    """The arm's steps in `budget` minutes of the main job's permutation LM."""
+    key, cost = cost_key(arm), json.loads(STEP_COST.read_text()) if STEP_COST.is_file() else {}
+    if key in COSTED_LEVERS:
+        if key not in cost.get("levers", {}):
+            sys.exit(f"{STEP_COST} has no step cost of {key}: run `python -m benchmarks.objectives step_cost --levers`")
+        return cost["levers"][key]["steps"][str(budget)]
+    if not cost:
         sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
-    return json.loads(STEP_COST.read_text())["steps"][str(budget)][objective]
+    return cost["steps"][str(budget)][key]
 
 
 RECORDS = ("results.json", "record.json", "run_args.json")  # a pretraining's committed files
@@ -305,7 +372,7 @@ def pretrain(arm: str, budget: int, threads: int = 2) -> Path:
         pretrain_bert(arm, budget, out, threads)
     else:
         resume = ["--resume_from_checkpoint", "latest"] if (out / "checkpoints").is_dir() else []
-        steps = arm_steps(objective, budget)
+        steps = arm_steps(arm, budget)
         cmd = [*LAUNCH, "--num_cpu_threads_per_process", str(threads), "pretrain/run_pretraining.py"]
         cmd += [*recipe_flags(objective, str(out)), *flags]
         cmd += ["--max_steps", str(steps), "--checkpointing_steps", "250", "--save_total_limit", "1"]
@@ -426,7 +493,9 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         env = record.get("environment", {})
         row = {"arm": arm, "objective": objective, "flags": " ".join(flags), "steps": pretrained["steps"]}
         row["tokens"] = pretrained["train_tokens_seen"]
-        row["flops"] = pretrained["steps"] * cost["flops_per_step"][objective]
+        key = cost_key(arm)
+        per_step = cost["levers"][key]["flops_per_step"] if key != objective else cost["flops_per_step"][objective]
+        row["flops"] = pretrained["steps"] * per_step
         row["eval_loss"] = pretrained["eval_loss"]
         trained_in = pretrained.get("mixed_precision", "no")
         row["machine"] = f"{env.get('cpu_capability', '?')}, {'fp32' if trained_in == 'no' else trained_in}"
@@ -529,10 +598,11 @@ def probe_tables(probed_models: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def entries(rows: list[dict]) -> dict[str, str]:
-    """{objective: its arm with the best validation accuracy at 50 labels per group, seed 0} (the first on ties)."""
+    """{objective: its arm of the grid with the best validation accuracy at 50 labels per group, seed 0} (the first
+    on ties)."""
     best: dict[str, dict] = {}
     for row in rows:
-        if "test" in row.get("50", {}):
+        if "test" in row.get("50", {}) and row["arm"] not in WHY_ARMS:
             score = row["50"]["validation"]["values"][0]
             if row["objective"] not in best or score > best[row["objective"]]["50"]["validation"]["values"][0]:
                 best[row["objective"]] = row
@@ -600,6 +670,7 @@ def main(argv=None):
     parser.add_argument("--lr_grid", nargs="+", default=["3e-4"], help="Finetuning rates (chosen on validation).")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--levers", action="store_true", help="step_cost: the levers that change a step's cost.")
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], help="table: the runs of this precision (default: this machine's)."
     )

@@ -131,7 +131,9 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
     from pretrain.run_pretraining import PretrainingArguments, check_args
     from xlnet_lite.training import parse_args
 
-    assert len(objectives.ARMS) == 4 * 3 * 3  # objectives x rates x (constant, linear, own lever)
+    grid = [arm for arm in objectives.ARMS if arm not in objectives.WHY_ARMS]
+    assert len(grid) == 4 * 3 * 3  # objectives x rates x (constant, linear, own lever)
+    assert sorted(objectives.WHY_ARMS) == ["plm_lr1e-3_p67", "plm_lr3e-4_p67", "plm_lr6e-4_p67"]
     for arm, (objective, flags) in objectives.ARMS.items():
         assert arm.startswith(objective) and flags[:2] == ["--learning_rate", arm.split("_")[1][2:]]
         if objective != "bert":
@@ -146,5 +148,23 @@ def test_each_objectives_entry_is_its_best_point_on_validation():
         return {"arm": arm, "objective": arm.split("_")[0], **found}
 
     rows = [row("plm_lr3e-4", 0.70), row("plm_lr6e-4", 0.73), row("plm_lr1e-3", 0.73), row("mlm_lr6e-4", 0.6)]
-    rows += [row("clm_lr6e-4"), row("mlm_lr1e-3", 0.68)]
+    rows += [row("clm_lr6e-4"), row("mlm_lr1e-3", 0.68), row("plm_lr6e-4_p67", 0.9)]  # outside the grid
     assert objectives.entries(rows) == {"plm": "plm_lr6e-4", "mlm": "mlm_lr1e-3"}  # the first on ties; seed 0's
+
+
+def test_a_lever_that_changes_a_steps_cost_trains_for_its_own_equal_time_steps(tmp_path, monkeypatch):
+    cost = {"steps": {"10": {"plm": 3060, "mlm": 3915, "clm": 2791, "bert": 3445}}}
+    monkeypatch.setattr(objectives, "STEP_COST", tmp_path / "step_cost.json")
+    (tmp_path / "step_cost.json").write_text(json.dumps(cost))
+    keys = {arm: objectives.cost_key(arm) for arm in objectives.ARMS}
+    assert {k for k in keys.values() if k not in cost["steps"]["10"]} == set(objectives.COSTED_LEVERS)
+    assert keys["plm_lr6e-4_p6"] == "plm_p6" and keys["bert_lr3e-4_m30"] == "bert_m30"
+    assert keys["clm_lr6e-4_cosine"] == "clm" and keys["mlm_lr1e-3_linear"] == "mlm"  # a schedule costs nothing
+    assert objectives.arm_steps("mlm_lr1e-3_linear", 10) == 3915
+    with pytest.raises(SystemExit, match="no step cost of plm_p67: run .*step_cost --levers"):
+        objectives.arm_steps("plm_lr6e-4_p67", 10)
+    cost["levers"] = {key: {"steps": {"10": 1000 + i}} for i, key in enumerate(objectives.COSTED_LEVERS)}
+    (tmp_path / "step_cost.json").write_text(json.dumps(cost))
+    for arm, key in keys.items():
+        expected = cost["levers"][key]["steps"]["10"] if key in cost["levers"] else cost["steps"]["10"][key]
+        assert objectives.arm_steps(arm, 10) == expected
