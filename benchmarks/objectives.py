@@ -146,12 +146,12 @@ def step_cost(args) -> dict:
             sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
     setups, store, blocks = {}, None, None
     for key, (objective, flags) in variants.items():
-        torch.manual_seed(0)
         if objective == "bert":  # <cls> A <sep> blocks, no memory
             if blocks is None:
                 texts, _, bert_tokenizer = main_job_text()
                 blocks = bert_mlm.mlm_blocks(texts, bert_tokenizer, 128)
             config = bert_mlm.bert_config_like("small", len(bert_tokenizer), pad_token_id=bert_tokenizer.pad_token_id)
+            torch.manual_seed(0)
             bert = BertForMaskedLM(config).train()
             order = bert_mlm._block_order(len(blocks), 16, 0)
             collate = bert_mlm._mlm_collator(bert_tokenizer, _flag(flags, "--mlm_probability", 0.15), 0)
@@ -344,16 +344,22 @@ def finetune_bert(arm: str, pretrained: Path, runs: Path, labels: str, seeds: li
     return result
 
 
-def arm_steps(arm: str, budget: int) -> int:
-    """The arm's steps in `budget` minutes of the main job's permutation LM."""
-    key, cost = cost_key(arm), json.loads(STEP_COST.read_text()) if STEP_COST.is_file() else {}
+def arm_cost(arm: str, cost: dict) -> dict:
+    """The arm's entry of the step-cost file: {"steps": {budget: steps}, "flops_per_step": ...}, its lever's where
+    the lever changes a step's cost, else its objective's."""
+    key = cost_key(arm)
     if key in COSTED_LEVERS:
         if key not in cost.get("levers", {}):
             sys.exit(f"{STEP_COST} has no step cost of {key}: run `python -m benchmarks.objectives step_cost --levers`")
-        return cost["levers"][key]["steps"][str(budget)]
-    if not cost:
+        return cost["levers"][key]
+    return {"steps": {b: n[key] for b, n in cost["steps"].items()}, "flops_per_step": cost["flops_per_step"][key]}
+
+
+def arm_steps(arm: str, budget: int) -> int:
+    """The arm's steps in `budget` minutes of the main job's permutation LM."""
+    if not STEP_COST.is_file():
         sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
-    return cost["steps"][str(budget)][key]
+    return arm_cost(arm, json.loads(STEP_COST.read_text()))["steps"][str(budget)]
 
 
 RECORDS = ("results.json", "record.json", "run_args.json")  # a pretraining's committed files
@@ -493,9 +499,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         env = record.get("environment", {})
         row = {"arm": arm, "objective": objective, "flags": " ".join(flags), "steps": pretrained["steps"]}
         row["tokens"] = pretrained["train_tokens_seen"]
-        key = cost_key(arm)
-        per_step = cost["levers"][key]["flops_per_step"] if key != objective else cost["flops_per_step"][objective]
-        row["flops"] = pretrained["steps"] * per_step
+        row["flops"] = pretrained["steps"] * arm_cost(arm, cost)["flops_per_step"]
         row["eval_loss"] = pretrained["eval_loss"]
         trained_in = pretrained.get("mixed_precision", "no")
         row["machine"] = f"{env.get('cpu_capability', '?')}, {'fp32' if trained_in == 'no' else trained_in}"

@@ -154,6 +154,7 @@ def test_each_objectives_entry_is_its_best_point_on_validation():
 
 def test_a_lever_that_changes_a_steps_cost_trains_for_its_own_equal_time_steps(tmp_path, monkeypatch):
     cost = {"steps": {"10": {"plm": 3060, "mlm": 3915, "clm": 2791, "bert": 3445}}}
+    cost["flops_per_step"] = {"plm": 6.6e10, "mlm": 5.8e10, "clm": 7.7e10, "bert": 6.5e10}
     monkeypatch.setattr(objectives, "STEP_COST", tmp_path / "step_cost.json")
     (tmp_path / "step_cost.json").write_text(json.dumps(cost))
     keys = {arm: objectives.cost_key(arm) for arm in objectives.ARMS}
