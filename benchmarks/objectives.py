@@ -65,12 +65,17 @@ LAUNCH += ["--dynamo_backend", "no"]
 
 
 def precision() -> str:
-    """The precision the recipes pick on this machine (`--mixed_precision auto`): runs are kept and compared per
-    precision, `<arm>_<budget>min_<precision>`, so a bf16 machine never continues an fp32 grid or the reverse (the
-    BERT baseline trains in fp32 everywhere: its results say so)."""
+    """The precision the recipes pick on this machine (`--mixed_precision auto`), the BERT arms' too: runs are kept
+    and compared per precision, `<arm>_<budget>min_<precision>`, so a bf16 machine never continues an fp32 grid or
+    the reverse."""
     from xlnet_lite.precision import fast_bf16
 
     return "bf16" if fast_bf16("cpu")[0] else "fp32"
+
+
+def _mixed_precision() -> str:
+    """The BERT arms' precision, as the recipes' `--mixed_precision auto` picks it (recorded in their results)."""
+    return "bf16" if precision() == "bf16" else "no"
 
 
 def folder(arm: str, budget: int, precision_: str | None = None) -> Path:
@@ -287,6 +292,7 @@ def pretrain_bert(arm: str, budget: int, out: Path, threads: int) -> Path:
         mlm_probability=_flag(flags, "--mlm_probability", 0.15),
         eval_texts=list(validation),
         output_dir=str(out),
+        mixed_precision=_mixed_precision(),
     )
     results.update(train_tokens_seen=results["tokens_seen"], eval_loss=results["eval_mlm_loss"])
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -322,6 +328,7 @@ def finetune_bert(arm: str, pretrained: Path, runs: Path, labels: str, seeds: li
                 max_seq_length=_flag(FINETUNE_FLAGS.split(), "--max_seq_length", 128),
                 warmup_steps=round(0.1 * steps),
                 keep_last_epoch=True,
+                mixed_precision=_mixed_precision(),
             )
             path.write_text(json.dumps({**record, "learning_rate": float(lr)}, indent=2) + "\n")
         return json.loads(path.read_text())

@@ -27,6 +27,14 @@ from xlnet_lite.model_utils import MODEL_PRESETS, init_lm_bias_at_unigram, unigr
 from xlnet_lite.tokenization_xlnet_lite import special_token_ids
 
 
+def _autocast(device, mixed_precision):
+    """bf16 autocast as accelerate's `mixed_precision="bf16"` (the XLNet-Lite recipes' on a machine with fast bf16),
+    or nothing ("no": fp32)."""
+    if mixed_precision not in ("no", "bf16"):
+        raise ValueError(f"mixed_precision must be 'no' or 'bf16', got {mixed_precision!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed_precision == "bf16")
+
+
 def _device(device):
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
@@ -186,6 +194,7 @@ def pretrain_mlm(
     max_grad_norm=1.0,
     logging_steps=50,
     device=None,
+    mixed_precision="no",
     log=print,
 ) -> dict:
     """Train a BertForMaskedLM of `model_size` (a preset name, or anything `bert_config_like` takes) on `texts` for
@@ -198,13 +207,15 @@ def pretrain_mlm(
     DataCollatorForLanguageModeling (seeded by `seed`); the clock is that of
     `run_pretraining.py --max_train_minutes` (`training.TimeBudget`), with its linear schedule (warmup `warmup_steps`);
     the LM bias starts at the unigram log-probabilities of the maskable training tokens. `eval_texts`: MLM loss of their
-    blocks at the end, under fixed masks (seed + 1), with the unigram baseline on the same targets."""
+    blocks at the end, under fixed masks (seed + 1), with the unigram baseline on the same targets. `mixed_precision`
+    "bf16": forward passes under bf16 autocast (weights, gradients and optimizer in fp32), as accelerate's."""
     from accelerate.utils import set_seed
     from transformers import BertForMaskedLM, get_scheduler
 
     if (minutes is None) == (max_steps is None):
         raise ValueError("pass one of minutes (a wall-clock budget) or max_steps")
     device = _device(device)
+    autocast = _autocast(device, mixed_precision)
     blocks = mlm_blocks(texts, tokenizer, seq_len)
     if len(blocks) == 0:
         raise ValueError(f"texts: fewer than seq_len - 2 = {seq_len - 2} tokens, not one block")
@@ -251,7 +262,8 @@ def pretrain_mlm(
     while not done():
         start = time.perf_counter()  # the step: batch, forward, backward, optimizer (as TrainLoop.elapsed)
         batch = collator(list(blocks[next(order)]))
-        out = model(input_ids=batch["input_ids"].to(device), labels=batch["labels"].to(device))
+        with autocast:
+            out = model(input_ids=batch["input_ids"].to(device), labels=batch["labels"].to(device))
         loss = out.loss.item()
         if not math.isfinite(loss):
             raise FloatingPointError(f"non-finite MLM loss ({loss}) at step {step + 1}; lower learning_rate")
@@ -286,17 +298,19 @@ def pretrain_mlm(
         "parameters": parameters,
         "tokens_per_second": step * batch_size * seq_len / elapsed,
         "train_blocks": len(blocks),
+        "mixed_precision": mixed_precision,
     }
     if eval_blocks is not None:
-        results["eval_mlm_loss"], labels = _mlm_eval(
-            model,
-            eval_blocks,
-            tokenizer,
-            mlm_probability=mlm_probability,
-            seed=seed + 1,
-            batch_size=batch_size,
-            device=device,
-        )
+        with autocast:
+            results["eval_mlm_loss"], labels = _mlm_eval(
+                model,
+                eval_blocks,
+                tokenizer,
+                mlm_probability=mlm_probability,
+                seed=seed + 1,
+                batch_size=batch_size,
+                device=device,
+            )
         results["unigram_baseline_loss"] = unigram_cross_entropy(log_probs, labels)
         log(
             f"eval MLM loss {results['eval_mlm_loss']:.3f} nats (unigram baseline "
@@ -370,6 +384,7 @@ def finetune_bert_classifier(
     max_train_samples=None,
     keep_last_epoch=False,
     device=None,
+    mixed_precision="no",
 ) -> dict:
     """Finetune a BertForSequenceClassification from a `pretrain_mlm` folder (or a random one from a BertConfig) on
     `splits` (`classification_data.load_splits`: train, validation, test; a `sentence` column and a `label`
@@ -378,7 +393,7 @@ def finetune_bert_classifier(
     batches of `SegmentCountBatchSampler` (the same batches, in the same order, as run_glue.py with this seed), the
     validation accuracy after each epoch, the best epoch's weights (kept in memory; the first on ties; the last with
     `keep_last_epoch`, as run_glue.py's --eval_strategy no) for the test accuracy. `train_seconds` counts the training
-    steps only."""
+    steps only. `mixed_precision` "bf16": forward passes under bf16 autocast, as accelerate's."""
     from accelerate.utils import set_seed
     from transformers import BertConfig, BertForSequenceClassification, get_scheduler
 
@@ -387,6 +402,7 @@ def finetune_bert_classifier(
     if max_seq_length < 3:
         raise ValueError(f"max_seq_length must be at least 3 (<cls>, a token, <sep>), got {max_seq_length}")
     device = _device(device)
+    autocast = _autocast(device, mixed_precision)
     labels = read_labels(splits["train"])
     if labels.is_regression:
         raise ValueError(f"{splits['train'].source}: column `label` holds floats; only classification is supported")
@@ -431,7 +447,8 @@ def finetune_bert_classifier(
         for indices in sampler:
             start = time.perf_counter()
             input_ids, mask, batch_labels = _collate([train[i] for i in indices], pad_id, device)
-            loss = model(input_ids=input_ids, attention_mask=mask, labels=batch_labels).loss
+            with autocast:
+                loss = model(input_ids=input_ids, attention_mask=mask, labels=batch_labels).loss
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite training loss ({loss.item()}) in epoch {epoch + 1}")
             loss.backward()
@@ -442,7 +459,8 @@ def finetune_bert_classifier(
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
             elapsed += time.perf_counter() - start
-        score = _accuracy(model, validation, pad_id, eval_batch_size, device)
+        with autocast:
+            score = _accuracy(model, validation, pad_id, eval_batch_size, device)
         history.append(
             {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "eval_accuracy": score}
         )
@@ -454,12 +472,16 @@ def finetune_bert_classifier(
             }
     if best is not None:
         model.load_state_dict(best["weights"])
+    with autocast:
+        eval_accuracy = best["score"] if best else _accuracy(model, validation, pad_id, eval_batch_size, device)
+        test_accuracy = _accuracy(model, test, pad_id, eval_batch_size, device)
     return {
-        "eval_accuracy": best["score"] if best else _accuracy(model, validation, pad_id, eval_batch_size, device),
-        "test_accuracy": _accuracy(model, test, pad_id, eval_batch_size, device),
+        "eval_accuracy": eval_accuracy,
+        "test_accuracy": test_accuracy,
         "best_epoch": best["epoch"] if best else 0,
         "train_seconds": elapsed,
         "seed": seed,
         "history": history,
         "train_examples": len(train),
+        "mixed_precision": mixed_precision,
     }

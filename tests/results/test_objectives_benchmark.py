@@ -169,3 +169,73 @@ def test_a_lever_that_changes_a_steps_cost_trains_for_its_own_equal_time_steps(t
     for arm, key in keys.items():
         expected = cost["levers"][key]["steps"]["10"] if key in cost["levers"] else cost["steps"]["10"][key]
         assert objectives.arm_steps(arm, 10) == expected
+
+
+@pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
+def test_the_bert_arms_train_and_finetune_in_the_precision_they_are_given(
+    pretrained, tmp_path, mixed_precision, one_thread
+):
+    """The BERT arms run in the precision the recipes pick on the machine (bf16 autocast, as accelerate's), so a bf16
+    grid compares like with like: every Linear's output in training, evaluation and finetuning has its dtype."""
+    import datasets
+    import torch
+    from recipe_helpers import BAD, GOOD
+    from transformers import AutoTokenizer
+
+    from benchmarks.baselines import bert_mlm
+    from xlnet_lite.classification_data import Split
+
+    def linear_output_dtypes(run):
+        seen = set()
+        hook = torch.nn.modules.module.register_module_forward_hook(
+            lambda module, _, out: seen.add(out.dtype) if isinstance(module, torch.nn.Linear) else None
+        )
+        try:
+            return run(), seen
+        finally:
+            hook.remove()
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained)
+    texts = [" ".join(GOOD + BAD)] * 4
+    results, seen = linear_output_dtypes(
+        lambda: bert_mlm.pretrain_mlm(
+            texts,
+            tokenizer,
+            model_size=str(pretrained),
+            max_steps=2,
+            learning_rate=1e-3,
+            output_dir=str(tmp_path / "bert"),
+            batch_size=2,
+            seq_len=16,
+            eval_texts=texts[:1],
+            mixed_precision=mixed_precision,
+            log=lambda *_: None,
+        )
+    )
+    dtype = torch.bfloat16 if mixed_precision == "bf16" else torch.float32
+    assert seen == {dtype} and results["mixed_precision"] == mixed_precision
+    assert results["steps"] == 2 and results["eval_mlm_loss"] > 0
+
+    def labelled(texts):
+        data = datasets.Dataset.from_dict({"sentence": texts, "label": [int(t in BAD) for t in texts]})
+        return Split(data, "reviews")
+
+    splits = {name: labelled(GOOD + BAD) for name in ("train", "validation", "test")}
+    bert_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "bert")
+    record, seen = linear_output_dtypes(
+        lambda: bert_mlm.finetune_bert_classifier(
+            str(tmp_path / "bert"),
+            bert_tokenizer,
+            splits,
+            seed=0,
+            epochs=1,
+            max_seq_length=16,
+            mixed_precision=mixed_precision,
+        )
+    )
+    assert seen == {dtype} and record["mixed_precision"] == mixed_precision
+    assert 0 <= record["test_accuracy"] <= 1
+    with pytest.raises(ValueError, match="mixed_precision"):
+        bert_mlm.finetune_bert_classifier(
+            str(tmp_path / "bert"), bert_tokenizer, splits, seed=0, mixed_precision="fp16"
+        )
