@@ -508,6 +508,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         row["tokens"] = pretrained["train_tokens_seen"]
         row["flops"] = pretrained["steps"] * arm_cost(arm, cost)["flops_per_step"]
         row["eval_loss"] = pretrained["eval_loss"]
+        row["train_seconds"], row["threads"] = pretrained["train_seconds"], record.get("threads")
         trained_in = pretrained.get("mixed_precision", "no")
         row["machine"] = f"{env.get('cpu_capability', '?')}, {'fp32' if trained_in == 'no' else trained_in}"
         row["commit"] = env.get("commit")
@@ -553,16 +554,18 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         "on 20 Newsgroups, mean ± std over seeds (n), then the gain in points over random initialisation of the same "
         "size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows come with plm_lr6e-4's finetuning: "
         "without it the gains are blank); validation (seed 0, finetuning rate 3e-4) chose each objective's entry. "
-        "The loss is each objective's own (not comparable across objectives). A linear probe is a logistic "
+        "The time is the pretraining's training steps on its machine, at the threads it had (beside another run "
+        "where two ran at once). The loss is each objective's own (not comparable across objectives). "
+        "A linear probe is a logistic "
         "regression on the frozen model's features (benchmarks/probes.py): its test accuracy with the feature set "
         "that probes best on validation (a layer's mean over the tokens, or the last layer at the token the "
         "classifier reads).",
         "",
-        "| arm | machine | steps | tokens | FLOPs | own loss | validation, 50 per group | "
+        "| arm | machine | steps | tokens | FLOPs | time (threads) | own loss | validation, 50 per group | "
         + " | ".join(f"test, {b} per group" if b != "all" else "test, every label" for b in EPOCHS)
         + "".join(f" | linear probe, {b} per group" if b != "all" else " | linear probe, every label" for b in probed)
         + " |",
-        "|---|---|---:|---:|---:|---:|---:|" + "---:|" * (len(EPOCHS) + len(probed)),
+        "|---|---|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(EPOCHS) + len(probed)),
     ]
     for row in rows:
         selection = f"{row['50']['validation']['values'][0]:.3f}" if "test" in row.get("50", {}) else ""
@@ -570,12 +573,14 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         cells += [probe_cell(row[b]["probe"]) if "probe" in row.get(b, {}) else "" for b in probed]
         lines.append(
             f"| {row['arm']} | {row['machine']} | {row['steps']:,} | {row['tokens'] / 1e6:.1f}M | {row['flops']:.2e} | "
-            f"{row['eval_loss']:.3f} | {selection} | " + " | ".join(cells) + " |"
+            f"{row['train_seconds'] / 60:.1f} min ({row['threads']}) | {row['eval_loss']:.3f} | {selection} | "
+            + " | ".join(cells)
+            + " |"
         )
     for name in ("random_init", "tfidf"):
         cells = [cell(baselines[b][name]) if name in baselines.get(b, {}) else "" for b in EPOCHS]
         cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
-        lines.append(f"| {name} | | | | | | | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | | | | | | | | " + " | ".join(cells) + " |")
     lines += probe_tables({labels: probed_models[labels] for labels in probed})
     Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
