@@ -1,6 +1,6 @@
 """What the permutation objective buys over masked and causal LM at equal compute, on the main job's text and protocol.
 
-    python -m benchmarks.objectives step_cost [--rounds 5 --steps 20] [--levers]
+    python -m benchmarks.objectives step_cost [--rounds 5 --steps 20] [--levers] [--out FILE]
     python -m benchmarks.objectives pretrain ARM [ARM ...] [--budget 10] [--threads 2]
     python -m benchmarks.objectives finetune ARM [ARM ...] [--labels_per_class 50] [--seeds 0] [--lr_grid 3e-4]
     python -m benchmarks.objectives probe ARM [ARM ...] [--labels_per_class 50]
@@ -133,7 +133,9 @@ def step_cost(args) -> dict:
     """Seconds and FLOPs of one training step per objective at the main job's shapes, interleaved in one process.
     With --levers: each lever that changes a step's cost beside its objective, its steps in the budgets scaled from
     the objective's committed ones by the ratio of their step times (added to the file; the objectives' own steps,
-    which earlier runs trained for, stay)."""
+    which earlier runs trained for, stay). The steps run in the precision the recipes pick on the machine (bf16
+    autocast where it is fast); `--out` writes another file than the one every run's steps come from (a check on
+    another machine or precision)."""
     import torch
     from accelerate import Accelerator
     from torch.utils.flop_counter import FlopCounterMode
@@ -144,11 +146,13 @@ def step_cost(args) -> dict:
 
     torch.set_num_threads(args.threads)
     accelerator, tmp = Accelerator(cpu=True), tempfile.mkdtemp()
+    mixed_precision = _mixed_precision()  # the steps as the runs on this machine train them
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed_precision == "bf16")
     variants = {o: (o, []) for o in ("plm", "mlm", "clm", "bert")}
     if args.levers:
         variants = {**{o: variants[o] for o in dict.fromkeys(o for o, _ in COSTED_LEVERS.values())}, **COSTED_LEVERS}
-        if not STEP_COST.is_file():
-            sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
+        if not args.out.is_file():
+            sys.exit(f"{args.out} is missing: run `python -m benchmarks.objectives step_cost` first")
     setups, store, blocks = {}, None, None
     for key, (objective, flags) in variants.items():
         if objective == "bert":  # <cls> A <sep> blocks, no memory
@@ -178,13 +182,14 @@ def step_cost(args) -> dict:
         setups[key] = dict(stream=stream, collator=collator, model=model, optimizer=optimizer, mems=None)
 
     def step(s):
-        if "next" in s:
-            batch = s["next"]()
-            out = s["model"](**batch)
-        else:
-            batch = s["collator"](s["stream"].next_batch())
-            out = s["model"](**batch, mems=s["mems"], use_mems=True)
-            s["mems"] = out.mems
+        with autocast:
+            if "next" in s:
+                batch = s["next"]()
+                out = s["model"](**batch)
+            else:
+                batch = s["collator"](s["stream"].next_batch())
+                out = s["model"](**batch, mems=s["mems"], use_mems=True)
+                s["mems"] = out.mems
         out.loss.backward()
         s["optimizer"].step()
         s["optimizer"].zero_grad(set_to_none=True)
@@ -212,9 +217,10 @@ def step_cost(args) -> dict:
         "command": "python -m benchmarks.objectives step_cost " + shlex.join(args.argv),
         "environment": environment(),
         "threads": args.threads,
+        "mixed_precision": mixed_precision,
     }
     if args.levers:
-        result = json.loads(STEP_COST.read_text())
+        result = json.loads(args.out.read_text())
         result["levers"] = {
             key: {
                 "flags": flags,
@@ -247,7 +253,7 @@ def step_cost(args) -> dict:
             },
         }
         shown = {k: result[k] for k in ("relative_step_time", "relative_flops", "steps")}
-    STEP_COST.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(shown, indent=2))
     return result
 
@@ -688,6 +694,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--levers", action="store_true", help="step_cost: the levers that change a step's cost.")
     parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"step_cost: the file it writes (default {STEP_COST}, whose steps every run trains for).",
+    )
+    parser.add_argument(
         "--precision", choices=["fp32", "bf16"], help="table: the runs of this precision (default: this machine's)."
     )
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of pretraining, probe and step_cost.")
@@ -697,6 +708,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown arm {unknown[0]}; the arms are {', '.join(ARMS)}")
     if args.command == "step_cost":
+        args.out = args.out or STEP_COST
         return step_cost(args)
     for arm in args.arms:
         if args.command == "pretrain":

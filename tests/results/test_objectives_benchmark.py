@@ -239,3 +239,26 @@ def test_the_bert_arms_train_and_finetune_in_the_precision_they_are_given(
         bert_mlm.finetune_bert_classifier(
             str(tmp_path / "bert"), bert_tokenizer, splits, seed=0, mixed_precision="fp16"
         )
+
+
+def test_step_cost_times_each_objective_in_the_machines_precision_into_the_file_asked(tiny_benchmark, monkeypatch):
+    """`step_cost --out FILE` measures every objective (in bf16 autocast where the recipes pick bf16) and writes FILE,
+    leaving the step-cost file that every run's steps come from as it was."""
+    import torch
+
+    committed = objectives.STEP_COST.read_text()
+    monkeypatch.setattr(objectives, "precision", lambda: "bf16")
+    seen = set()
+    hook = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, _, out: seen.add(out.dtype) if isinstance(module, torch.nn.Linear) else None
+    )
+    try:
+        out = tiny_benchmark / "check.json"
+        objectives.main(["step_cost", "--rounds", "1", "--steps", "1", "--threads", "1", "--out", str(out)])
+    finally:
+        hook.remove()
+    assert seen == {torch.bfloat16} and objectives.STEP_COST.read_text() == committed
+    result = json.loads(out.read_text())
+    assert result["mixed_precision"] == "bf16" and sorted(result["steps"]["10"]) == ["bert", "clm", "mlm", "plm"]
+    assert result["steps"]["10"]["plm"] == objectives.MAIN_JOB_STEPS[10]
+    assert result["scored_tokens_per_step"]["clm"] > result["scored_tokens_per_step"]["plm"] > 0
