@@ -147,7 +147,7 @@ def step_cost(args) -> dict:
     torch.set_num_threads(args.threads)
     accelerator, tmp = Accelerator(cpu=True), tempfile.mkdtemp()
     mixed_precision = _mixed_precision()  # the steps as the runs on this machine train them
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed_precision == "bf16")
+    autocast = bert_mlm._autocast(torch.device("cpu"), mixed_precision)
     variants = {o: (o, []) for o in ("plm", "mlm", "clm", "bert")}
     if args.levers:
         variants = {**{o: variants[o] for o in dict.fromkeys(o for o, _ in COSTED_LEVERS.values())}, **COSTED_LEVERS}
@@ -561,11 +561,10 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         "size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows come with plm_lr6e-4's finetuning: "
         "without it the gains are blank); validation (seed 0, finetuning rate 3e-4) chose each objective's entry. "
         "The time is the pretraining's training steps on its machine, at the threads it had (beside another run "
-        "where two ran at once). The loss is each objective's own (not comparable across objectives). "
-        "A linear probe is a logistic "
-        "regression on the frozen model's features (benchmarks/probes.py): its test accuracy with the feature set "
-        "that probes best on validation (a layer's mean over the tokens, or the last layer at the token the "
-        "classifier reads).",
+        "where two ran at once). The loss is each objective's own (not comparable across objectives). A linear "
+        "probe is a logistic regression on the frozen model's features (benchmarks/probes.py): its test accuracy "
+        "with the feature set that probes best on validation (a layer's mean over the tokens, or the last layer at "
+        "the token the classifier reads).",
         "",
         "| arm | machine | steps | tokens | FLOPs | time (threads) | own loss | validation, 50 per group | "
         + " | ".join(f"test, {b} per group" if b != "all" else "test, every label" for b in EPOCHS)

@@ -171,6 +171,20 @@ def test_a_lever_that_changes_a_steps_cost_trains_for_its_own_equal_time_steps(t
         assert objectives.arm_steps(arm, 10) == expected
 
 
+def linear_output_dtypes(run):
+    """run()'s result, and the dtypes of every torch.nn.Linear output while it ran."""
+    import torch
+
+    seen = set()
+    hook = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, _, out: seen.add(out.dtype) if isinstance(module, torch.nn.Linear) else None
+    )
+    try:
+        return run(), seen
+    finally:
+        hook.remove()
+
+
 @pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
 def test_the_bert_arms_train_and_finetune_in_the_precision_they_are_given(
     pretrained, tmp_path, mixed_precision, one_thread
@@ -184,16 +198,6 @@ def test_the_bert_arms_train_and_finetune_in_the_precision_they_are_given(
 
     from benchmarks.baselines import bert_mlm
     from xlnet_lite.classification_data import Split
-
-    def linear_output_dtypes(run):
-        seen = set()
-        hook = torch.nn.modules.module.register_module_forward_hook(
-            lambda module, _, out: seen.add(out.dtype) if isinstance(module, torch.nn.Linear) else None
-        )
-        try:
-            return run(), seen
-        finally:
-            hook.remove()
 
     tokenizer = AutoTokenizer.from_pretrained(pretrained)
     texts = [" ".join(GOOD + BAD)] * 4
@@ -248,15 +252,9 @@ def test_step_cost_times_each_objective_in_the_machines_precision_into_the_file_
 
     committed = objectives.STEP_COST.read_text()
     monkeypatch.setattr(objectives, "precision", lambda: "bf16")
-    seen = set()
-    hook = torch.nn.modules.module.register_module_forward_hook(
-        lambda module, _, out: seen.add(out.dtype) if isinstance(module, torch.nn.Linear) else None
-    )
-    try:
-        out = tiny_benchmark / "check.json"
-        objectives.main(["step_cost", "--rounds", "1", "--steps", "1", "--threads", "1", "--out", str(out)])
-    finally:
-        hook.remove()
+    out = tiny_benchmark / "check.json"
+    argv = ["step_cost", "--rounds", "1", "--steps", "1", "--threads", "1", "--out", str(out)]
+    _, seen = linear_output_dtypes(lambda: objectives.main(argv))
     assert seen == {torch.bfloat16} and objectives.STEP_COST.read_text() == committed
     result = json.loads(out.read_text())
     assert result["mixed_precision"] == "bf16" and sorted(result["steps"]["10"]) == ["bert", "clm", "mlm", "plm"]
