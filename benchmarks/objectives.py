@@ -5,6 +5,7 @@
     python -m benchmarks.objectives finetune ARM [ARM ...] [--labels_per_class 50] [--seeds 0] [--lr_grid 3e-4]
     python -m benchmarks.objectives probe ARM [ARM ...] [--labels_per_class 50]
     python -m benchmarks.objectives table [--precision fp32|bf16]
+    (each with --task news_topic | rotten_tomatoes: the held-out tasks, each pretrained on its own text)
 
 The arms (ARMS) train the main job's XLNet-Lite `small` on 20 Newsgroups' training text with
 `pretrain/run_pretraining.py --objective plm|mlm|clm`: the same tokenizer, token store, rows, batch (16 x 128),
@@ -35,6 +36,11 @@ where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` o
 recipes pick on the machine). `probe` asks what each model learnt without finetuning it: linear probes of its frozen
 features (benchmarks.probes; the untrained architecture beside plm_lr6e-4), kept as probe_<labels>.json. `table`
 writes benchmarks/results/objectives_<precision>.json and .md from one precision's records.
+
+Held-out tasks (`--task news_topic` or `rotten_tomatoes`): an arm pretrained on that task's own text (the embedded
+news corpus, the Rotten Tomatoes training movies; the same steps) and finetuned on it as above, kept in
+`<arm>_<budget>min_<precision>_<task>`; random init and TF-IDF come with the permutation LM's entry, and the table
+(`objectives_<precision>_<task>`) plots the entries 20 Newsgroups chose.
 """
 
 from __future__ import annotations
@@ -58,7 +64,14 @@ TABLE = Path("benchmarks/results/objectives")  # + _fp32 or _bf16 (.json, .md)
 MAIN_JOB_STEPS = {10: 3060, 30: 9180}  # the permutation LM's steps in the main job's 10 (and 30) minutes
 LEARNING_RATES = ("3e-4", "6e-4", "1e-3")
 EPOCHS = {"20": 16, "50": 8, "all": 3}
-TASK = "newsgroups"  # the embedded task the arms finetune on (its own text pretrains them: recipe_flags)
+# The embedded tasks, each with the embedded corpus of its own text that pretrains its arms (--embedded_corpus) and
+# its name in the tables: 20 Newsgroups chooses the entries; the other two are held out.
+TASKS = {
+    "newsgroups": ("newsgroups", "20 Newsgroups"),
+    "news_topic": ("news", "the news topics"),
+    "rotten_tomatoes": ("rotten_tomatoes", "Rotten Tomatoes"),
+}
+TASK = "newsgroups"  # the task the arms pretrain and finetune on (--task)
 FINETUNE_FLAGS = ""  # more run_glue.py flags for every finetuning run (the BERT arm reads --max_seq_length)
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", "--num_machines", "1"]
 LAUNCH += ["--dynamo_backend", "no"]
@@ -79,7 +92,24 @@ def _mixed_precision() -> str:
 
 
 def folder(arm: str, budget: int, precision_: str | None = None) -> Path:
-    return RUNS / f"{arm}_{budget}min_{precision_ or precision()}"
+    """`<arm>_<budget>min_<precision>`, and `_<task>` on a held-out task."""
+    return RUNS / f"{arm}_{budget}min_{precision_ or precision()}{_task_suffix()}"
+
+
+def _task_suffix() -> str:
+    return "" if TASK == "newsgroups" else f"_{TASK}"
+
+
+def chosen_entries(precision_: str | None = None) -> dict[str, str]:
+    """{objective: its entry}, as 20 Newsgroups' table of this precision chose them ({} before it is written)."""
+    table = Path(f"{TABLE}_{precision_ or precision()}.json")
+    return json.loads(table.read_text())["entries"] if table.is_file() else {}
+
+
+def reference_arm(precision_: str | None = None) -> str:
+    """The arm whose finetuning brings random init and TF-IDF: plm_lr6e-4 on 20 Newsgroups; on a held-out task the
+    permutation LM's entry (plm_lr6e-4 until the entries are chosen)."""
+    return "plm_lr6e-4" if TASK == "newsgroups" else chosen_entries(precision_).get("plm", "plm_lr6e-4")
 
 
 LEVERS = {  # each objective's own lever in the grid
@@ -126,7 +156,7 @@ def cost_key(arm: str) -> str:
 
 
 def recipe_flags(objective: str, output_dir: str) -> list[str]:
-    return ["--embedded_corpus", "newsgroups", "--objective", objective, "--output_dir", output_dir]
+    return ["--embedded_corpus", TASKS[TASK][0], "--objective", objective, "--output_dir", output_dir]
 
 
 def step_cost(args) -> dict:
@@ -428,12 +458,12 @@ def _covered(summary: Path, seeds: list[int], lr_grid: list[str], arms: list[str
 
 
 def _models(arm: str) -> list[str]:
-    """What an arm's finetuning and probes run: its model, and the untrained architecture beside plm_lr6e-4's."""
-    return ["pretrained", "random_init"] if arm == "plm_lr6e-4" else ["pretrained"]
+    """What an arm's finetuning and probes run: its model, and the untrained architecture beside the reference's."""
+    return ["pretrained", "random_init"] if arm == reference_arm() else ["pretrained"]
 
 
 def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list[str], threads: int = 2) -> dict:
-    """benchmarks.bench_newsgroups on the arm's model (random init and TF-IDF come with plm_lr6e-4)."""
+    """benchmarks.bench_newsgroups on the arm's model (random init and TF-IDF come with the reference arm's)."""
     from benchmarks import bench_newsgroups
 
     arms = _models(arm)
@@ -454,7 +484,7 @@ def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list
 
 def probe(arm: str, budget: int, labels: str, threads: int = 2) -> dict:
     """Linear probes of the arm's frozen model on the task (benchmarks.probes), the untrained architecture beside
-    plm_lr6e-4's; cached in probe_<labels>.json (committed)."""
+    the reference arm's; cached in probe_<labels>.json (committed)."""
     import torch
 
     from benchmarks import probes
@@ -499,7 +529,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     entries, the test accuracy at each number of labels (mean ± std over seeds) and its gain over random init."""
     cost = json.loads(STEP_COST.read_text())
     precision_ = precision_ or precision()
-    reference = folder("plm_lr6e-4", budget, precision_)  # random init and TF-IDF come with this arm
+    reference = folder(reference_arm(precision_), budget, precision_)  # random init and TF-IDF come with it
     rows, baselines, probed_models = [], {}, {labels: {} for labels in EPOCHS}  # labels -> {arm or baseline: probe}
     references = {labels: _summary(reference / f"finetune_{labels}.json", labels) for labels in EPOCHS}
     for arm, (objective, flags) in ARMS.items():
@@ -540,7 +570,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     for labels, probed in probed_models.items():
         if "random_init" in probed:
             baselines.setdefault(labels, {})["random_init_probe"] = _best_probe(probed["random_init"])
-    result = {"budget_minutes": budget, "precision": precision_, "step_cost": str(STEP_COST)}
+    result = {"budget_minutes": budget, "precision": precision_, "task": TASK, "step_cost": str(STEP_COST)}
     result.update(environment=environment(), arms=rows, baselines=baselines)
 
     def cell(t, gain=None):  # mean ± std (n) over seeds; TF-IDF is deterministic: one number
@@ -553,13 +583,16 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
 
     probed = [b for b in EPOCHS if any("probe" in row.get(b, {}) for row in rows)]
     lines = [
-        f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM), {precision_}",
+        f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM), {precision_}"
+        + ("" if TASK == "newsgroups" else f", {TASKS[TASK][1]} (held out)"),
         "",
-        f"Generated by `python -m benchmarks.objectives table --precision {precision_}` from "
-        f"benchmarks/results/objective_runs/*_{budget}min_{precision_}. Test accuracy "
-        "on 20 Newsgroups, mean ± std over seeds (n), then the gain in points over random initialisation of the same "
-        "size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows come with plm_lr6e-4's finetuning: "
-        "without it the gains are blank); validation (seed 0, finetuning rate 3e-4) chose each objective's entry. "
+        f"Generated by `python -m benchmarks.objectives table --precision {precision_}"
+        + ("" if TASK == "newsgroups" else f" --task {TASK}")
+        + f"` from benchmarks/results/objective_runs/*_{budget}min_{precision_}{_task_suffix()}. Test accuracy on "
+        f"{TASKS[TASK][1]} (each arm pretrained on its own text), mean ± std over seeds (n), then the gain in points "
+        "over random initialisation of the same size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows "
+        f"come with {reference_arm(precision_)}'s finetuning: without it the gains are blank); validation on 20 "
+        "Newsgroups (seed 0, finetuning rate 3e-4) chose each objective's entry. "
         "The time is the pretraining's training steps on its machine, at the threads it had (beside another run "
         "where two ran at once). The loss is each objective's own (not comparable across objectives). A linear "
         "probe is a logistic regression on the frozen model's features (benchmarks/probes.py): its test accuracy "
@@ -587,11 +620,14 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
         lines.append(f"| {name} | | | | | | | | " + " | ".join(cells) + " |")
     lines += probe_tables({labels: probed_models[labels] for labels in probed})
-    Path(f"{TABLE}_{precision_}.md").write_text("\n".join(lines) + "\n")
+    table = f"{TABLE}_{precision_}{_task_suffix()}"
+    Path(f"{table}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    result["entries"] = entries(rows)
-    plot(result, Path(f"{TABLE}_{precision_}.png"))
-    Path(f"{TABLE}_{precision_}.json").write_text(json.dumps(result, indent=2) + "\n")
+    ran = {row["arm"] for row in rows}  # a held-out task shows 20 Newsgroups' entries, those that ran on it
+    held_out = {objective: arm for objective, arm in chosen_entries(precision_).items() if arm in ran}
+    result["entries"] = entries(rows) if TASK == "newsgroups" else held_out
+    plot(result, Path(f"{table}.png"))
+    Path(f"{table}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -668,7 +704,7 @@ def plot(result: dict, path: Path) -> None:
         ax.set_xticks(range(len(EPOCHS)), [f"{b} per group" if b != "all" else "every label" for b in EPOCHS])
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("20 Newsgroups test accuracy")
+    axes[0][0].set_ylabel(f"{TASKS[TASK][1]} test accuracy")
     handles, names = axes[0][0].get_legend_handles_labels()
     unique = dict(zip(names, handles))  # one entry per name
     fig.legend(
@@ -682,6 +718,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None):
+    global TASK  # every step below runs on the one task asked
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["step_cost", "pretrain", "finetune", "probe", "table"])
     parser.add_argument("arms", nargs="*", help=f"Arms of the grid: {', '.join(ARMS)}.")
@@ -701,7 +738,11 @@ def main(argv=None):
         "--precision", choices=["fp32", "bf16"], help="table: the runs of this precision (default: this machine's)."
     )
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of pretraining, probe and step_cost.")
+    parser.add_argument(
+        "--task", choices=TASKS, default=TASK, help="The task, its own text pretraining the arms (others held out)."
+    )
     args = parser.parse_args(argv)
+    TASK = args.task
     args.argv = sys.argv[1:] if argv is None else argv
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:

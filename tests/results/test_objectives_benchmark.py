@@ -72,17 +72,17 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     assert random_init["n"] == 1 and "tfidf" in table["baselines"]["20"]
     for arm in ARMS:
         assert rows[arm]["20"]["test"]["n"] == 1 and rows[arm]["20"]["learning_rate"] == 3e-4
-        record = json.loads((runs / f"{arm}_10min_fp32" / "pretrain" / "record.json").read_text())
+        record = json.loads((objectives.folder(arm, 10) / "pretrain" / "record.json").read_text())
         assert record["threads"] == 1 and record["command"].endswith(f"pretrain {arm} --budget 10 --threads 1")
-    plm = json.loads((runs / "plm_lr6e-4_10min_fp32" / "pretrain" / "run_args.json").read_text())
+    plm = json.loads((objectives.folder("plm_lr6e-4", 10) / "pretrain" / "run_args.json").read_text())
     assert plm["objective"] == "plm" and plm["learning_rate"] == 6e-4 and plm["max_steps"] == 4
     # linear probes of the frozen models, the untrained architecture beside plm_lr6e-4
     objectives.main(["probe", *ARMS, "--labels_per_class", "20", "--threads", "1"])
-    plm_probe = json.loads((runs / "plm_lr6e-4_10min_fp32" / "probe_20.json").read_text())
+    plm_probe = json.loads((objectives.folder("plm_lr6e-4", 10) / "probe_20.json").read_text())
     assert sorted(plm_probe) == ["pretrained", "random_init"] and plm_probe["random_init"]["random_init"]
     features = {f"mean_layer_{i}" for i in range(3)} | {"read_token_last_layer"}  # the tiny model's 2 layers
     assert set(plm_probe["pretrained"]["probes"]) == features and plm_probe["pretrained"]["max_len"] == 32
-    bert_probe = json.loads((runs / "bert_lr6e-4_10min_fp32" / "probe_20.json").read_text())
+    bert_probe = json.loads((objectives.folder("bert_lr6e-4", 10) / "probe_20.json").read_text())
     assert sorted(bert_probe) == ["pretrained"] and bert_probe["pretrained"]["kind"] == "bert"
     table = objectives.main(["table"])
     rows = {row["arm"]: row for row in table["arms"]}
@@ -90,12 +90,12 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
         best = probed["pretrained"]["best_on_validation"]
         assert rows[arm]["20"]["probe"] == {"features": best, **probed["pretrained"]["probes"][best]}
     assert table["baselines"]["20"]["random_init_probe"]["features"] == plm_probe["random_init"]["best_on_validation"]
-    markdown = (tiny_benchmark / "objectives_fp32.md").read_text()
+    markdown = (tiny_benchmark / "objectives_fp32_news_topic.md").read_text()
     assert all(f"| {arm} |" in markdown for arm in ARMS) and "| tfidf |" in markdown
     assert "| linear probe, 20 per group |" in markdown
     by_layer = markdown.split("Linear probes, 20 training texts per group")[1]
     assert all(f"| {name} | " in by_layer for name in ("plm_lr6e-4", "random_init", "bert_lr6e-4"))
-    assert (tiny_benchmark / "objectives_fp32.png").stat().st_size > 10_000  # the plot
+    assert (tiny_benchmark / "objectives_fp32_news_topic.png").stat().st_size > 10_000  # the plot
 
     # a clone holds the records, not the models
     kept = committed(runs, tiny_benchmark)
@@ -109,12 +109,12 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
     objectives.main(["probe", *ARMS, "--labels_per_class", "20", "--threads", "1"])
     assert not list(runs.rglob("model.safetensors"))
     objectives.main(["table"])
-    assert (tiny_benchmark / "objectives_fp32.md").read_text() == markdown
+    assert (tiny_benchmark / "objectives_fp32_news_topic.md").read_text() == markdown
     # more seeds need the model: trained again; the committed records stay, the new run is noted
     objectives.main(["finetune", "bert_lr6e-4", "--labels_per_class", "20", "--seeds", "0", "1", "--threads", "1"])
     objectives.pretrain("plm_lr6e-4", 10, threads=1)
     for arm in ARMS:
-        pretrain = runs / f"{arm}_10min_fp32" / "pretrain"
+        pretrain = objectives.folder(arm, 10) / "pretrain"
         assert (pretrain / "model.safetensors").is_file()
         for name in ("results.json", "run_args.json"):  # BERT's run writes no run_args.json
             if pretrain.relative_to(runs) / name in records:
@@ -123,7 +123,7 @@ def test_every_kind_of_arm_pretrains_finetunes_and_lands_in_the_table(tiny_bench
         (again,) = record["pretrained_again"]
         assert again["eval_loss"] == pytest.approx(json.loads((pretrain / "results.json").read_text())["eval_loss"])
     assert all((runs / p).read_text() == text for p, text in records.items() if p.parent.name == "finetune_20")
-    bert = json.loads((runs / "bert_lr6e-4_10min_fp32" / "finetune_20.json").read_text())
+    bert = json.loads((objectives.folder("bert_lr6e-4", 10) / "finetune_20.json").read_text())
     assert [r["seed"] for r in bert["runs"]] == [0, 1]  # seed 0 reused, not run twice
 
 
@@ -150,6 +150,29 @@ def test_each_objectives_entry_is_its_best_point_on_validation():
     rows = [row("plm_lr3e-4", 0.70), row("plm_lr6e-4", 0.73), row("plm_lr1e-3", 0.73), row("mlm_lr6e-4", 0.6)]
     rows += [row("clm_lr6e-4"), row("mlm_lr1e-3", 0.68), row("plm_lr6e-4_p67", 0.9)]  # outside the grid
     assert objectives.entries(rows) == {"plm": "plm_lr6e-4", "mlm": "mlm_lr1e-3"}  # the first on ties; seed 0's
+
+
+def test_a_held_out_task_pretrains_on_its_own_text_and_compares_twenty_newsgroups_entries(tmp_path, monkeypatch):
+    from xlnet_lite.classification_data import EMBEDDED_TASKS
+    from xlnet_lite.pretraining import EMBEDDED_CORPORA
+
+    assert sorted(objectives.TASKS) == sorted(EMBEDDED_TASKS)
+    assert all(corpus in EMBEDDED_CORPORA for corpus, _ in objectives.TASKS.values())
+    monkeypatch.setattr(objectives, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(objectives, "TABLE", tmp_path / "objectives")
+    monkeypatch.setattr(objectives, "precision", lambda: "bf16")
+    assert objectives.folder("plm_lr6e-4", 10) == tmp_path / "runs" / "plm_lr6e-4_10min_bf16"
+    chosen = {"plm": "plm_lr3e-4", "clm": "clm_lr6e-4"}
+    monkeypatch.setattr(objectives, "TASK", "rotten_tomatoes")
+    assert objectives.folder("clm_lr6e-4", 30) == tmp_path / "runs" / "clm_lr6e-4_30min_bf16_rotten_tomatoes"
+    assert objectives.recipe_flags("clm", "out")[:2] == ["--embedded_corpus", "rotten_tomatoes"]
+    assert objectives.reference_arm() == "plm_lr6e-4"  # before the entries are chosen
+    (tmp_path / "objectives_bf16.json").write_text(json.dumps({"entries": chosen}))
+    assert objectives.reference_arm() == "plm_lr3e-4" and objectives._models("plm_lr3e-4")[1] == "random_init"
+    assert objectives.reference_arm("fp32") == "plm_lr6e-4"  # an fp32 grid has its own entries
+    monkeypatch.setattr(objectives, "TASK", "newsgroups")
+    assert objectives.reference_arm() == "plm_lr6e-4" and objectives._models("plm_lr3e-4") == ["pretrained"]
+    assert objectives.recipe_flags("plm", "out")[:2] == ["--embedded_corpus", "newsgroups"]
 
 
 def test_a_lever_that_changes_a_steps_cost_trains_for_its_own_equal_time_steps(tmp_path, monkeypatch):
