@@ -529,7 +529,8 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     entries, the test accuracy at each number of labels (mean ± std over seeds) and its gain over random init."""
     cost = json.loads(STEP_COST.read_text())
     precision_ = precision_ or precision()
-    reference = folder(reference_arm(precision_), budget, precision_)  # random init and TF-IDF come with it
+    reference_name = reference_arm(precision_)  # random init and TF-IDF come with its finetuning
+    reference = folder(reference_name, budget, precision_)
     rows, baselines, probed_models = [], {}, {labels: {} for labels in EPOCHS}  # labels -> {arm or baseline: probe}
     references = {labels: _summary(reference / f"finetune_{labels}.json", labels) for labels in EPOCHS}
     for arm, (objective, flags) in ARMS.items():
@@ -591,7 +592,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         + f"` from benchmarks/results/objective_runs/*_{budget}min_{precision_}{_task_suffix()}. Test accuracy on "
         f"{TASKS[TASK][1]} (each arm pretrained on its own text), mean ± std over seeds (n), then the gain in points "
         "over random initialisation of the same size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows "
-        f"come with {reference_arm(precision_)}'s finetuning: without it the gains are blank); validation on 20 "
+        f"come with {reference_name}'s finetuning: without it the gains are blank); validation on 20 "
         "Newsgroups (seed 0, finetuning rate 3e-4) chose each objective's entry. "
         "The time is the pretraining's training steps on its machine, at the threads it had (beside another run "
         "where two ran at once). The loss is each objective's own (not comparable across objectives). A linear "
@@ -623,9 +624,11 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     table = f"{TABLE}_{precision_}{_task_suffix()}"
     Path(f"{table}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    ran = {row["arm"] for row in rows}  # a held-out task shows 20 Newsgroups' entries, those that ran on it
-    held_out = {objective: arm for objective, arm in chosen_entries(precision_).items() if arm in ran}
-    result["entries"] = entries(rows) if TASK == "newsgroups" else held_out
+    if TASK == "newsgroups":
+        result["entries"] = entries(rows)
+    else:  # a held-out task shows 20 Newsgroups' entries, those that ran on it
+        ran = {row["arm"] for row in rows}
+        result["entries"] = {objective: arm for objective, arm in chosen_entries(precision_).items() if arm in ran}
     plot(result, Path(f"{table}.png"))
     Path(f"{table}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
