@@ -17,25 +17,26 @@ counts its FLOPs (torch's FlopCounterMode, forward and backward); an arm of budg
 `MAIN_JOB_STEPS[B] * plm_step_seconds / its_step_seconds` steps (`--max_steps`), so a run reproduces on any machine:
 3,060 steps are the permutation LM's 10 minutes in the README's main job.
 
-The grid, fixed before any test figure was seen, the same number of points per objective: the learning rate 3e-4 /
-6e-4 / 1e-3 at the recipe's defaults (a constant rate after 100 warmup steps; plm predicting a third of the tokens,
-mlm 15%); then, at the learning rate that finetunes best on validation, a linear decay, and one lever of the
-objective's own (plm: XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that changes what a
-step costs trains for its own equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm
-predicting two thirds of each step (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the
-grid's first points (and its probes: the frozen features follow targets per step). Each objective's point with the
-best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries
-are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as
-the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups), which come with
-plm_lr6e-4's finetuning at each number of labels. Every run is cached under benchmarks/results/objective_runs and
-reused: the records (each pretraining's results, command and machine; each finetuning run's record; the summaries)
-are committed, the models stay on the machine that trained them (ignored by git). Finetuning that its records cover
-runs nothing; a model that more finetuning needs and that is missing is pretrained again, the same model on the same
-kind of machine, precision and threads: its committed records stay, the new run is noted in record.json (a warning
-where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` or `_bf16`: what the
-recipes pick on the machine). `probe` asks what each model learnt without finetuning it: linear probes of its frozen
-features (benchmarks.probes; the untrained architecture beside plm_lr6e-4), kept as probe_<labels>.json. `table`
-writes benchmarks/results/objectives_<precision>.json and .md from one precision's records.
+The grid, fixed before any test figure was seen, the same number of points per objective: the learning rate 3e-4 / 6e-4
+/ 1e-3 at the recipe's defaults (a constant rate after 100 warmup steps; plm predicting a third of the tokens, mlm 15%);
+then, at the learning rate that finetunes best on validation, a linear decay, and one lever of the objective's own (plm:
+XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that changes what a step costs trains for its own
+equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm predicting two thirds of each step
+(`_p67`), XLNet's own lever once the causal LM, which scores every token, led the grid's first points (and its probes:
+the frozen features follow targets per step); and a second pretraining seed (`_seed1`: plm, clm, mlm), how far a
+pretraining's own randomness moves an arm beside the finetuning seeds. Each objective's point with the best validation
+accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries are finetuned at 20
+/ 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as the main job does at 50),
+beside random initialisation and TF-IDF (benchmarks.bench_newsgroups), which come with plm_lr6e-4's finetuning at each
+number of labels. Every run is cached under benchmarks/results/objective_runs and reused: the records (each
+pretraining's results, command and machine; each finetuning run's record; the summaries) are committed, the models stay
+on the machine that trained them (ignored by git). Finetuning that its records cover runs nothing; a model that more
+finetuning needs and that is missing is pretrained again, the same model on the same kind of machine, precision and
+threads: its committed records stay, the new run is noted in record.json (a warning where its loss differs). Runs are
+kept per precision (`<arm>_<budget>min_fp32` or `_bf16`: what the recipes pick on the machine). `probe` asks what each
+model learnt without finetuning it: linear probes of its frozen features (benchmarks.probes; the untrained architecture
+beside plm_lr6e-4), kept as probe_<labels>.json. `table` writes benchmarks/results/objectives_<precision>.json and .md
+from one precision's records.
 
 Held-out tasks (`--task news_topic` or `rotten_tomatoes`): an arm pretrained on that task's own text (the embedded
 news corpus, the Rotten Tomatoes training movies; the same steps) and finetuned on it as above, kept in
@@ -125,13 +126,16 @@ LEVERS = {  # each objective's own lever in the grid
     "bert": ("m30", ["--mlm_probability", "0.3"]),
 }
 # Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
-# permutation LM predicting two thirds of each step's tokens.
-WHY_LEVERS = {"plm": ("p67", ["--plm_probability", str(2 / 3)])}
+# permutation LM predicting two thirds of each step's tokens; and a second pretraining seed (the recipe's is 42: the
+# initialisation, the data order, the targets), how far a pretraining's own randomness moves an arm.
+SEED_LEVER = ("seed1", ["--seed", "1"])
+WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)]), SEED_LEVER], "clm": [SEED_LEVER], "mlm": [SEED_LEVER]}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
+COST_FLAGS = {"--plm_probability", "--mlm_probability"}
 COSTED_LEVERS = {
     f"{objective}_{name}": (objective, flags)
-    for objective, (name, flags) in [*LEVERS.items(), *WHY_LEVERS.items()]
-    if "--lr_scheduler_type" not in flags
+    for objective, (name, flags) in [*LEVERS.items(), *((o, lever) for o, ls in WHY_LEVERS.items() for lever in ls)]
+    if COST_FLAGS & set(flags)
 }
 
 
@@ -144,14 +148,13 @@ def _arms() -> dict[str, tuple[str, list[str]]]:
             arms[f"{objective}_lr{lr}"] = (objective, ["--learning_rate", lr])
             arms[f"{objective}_lr{lr}_linear"] = (objective, ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
             arms[f"{objective}_lr{lr}_{lever}"] = (objective, ["--learning_rate", lr, *lever_flags])
-            if objective in WHY_LEVERS:
-                name, flags = WHY_LEVERS[objective]
+            for name, flags in WHY_LEVERS.get(objective, []):
                 arms[f"{objective}_lr{lr}_{name}"] = (objective, ["--learning_rate", lr, *flags])
     return arms
 
 
 ARMS = _arms()
-WHY_ARMS = {arm for arm in ARMS if any(arm.endswith("_" + name) for name, _ in WHY_LEVERS.values())}
+WHY_ARMS = {arm for arm in ARMS if any(arm.endswith("_" + name) for ls in WHY_LEVERS.values() for name, _ in ls)}
 
 
 def cost_key(arm: str) -> str:

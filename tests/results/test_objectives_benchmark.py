@@ -133,7 +133,11 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
 
     grid = [arm for arm in objectives.ARMS if arm not in objectives.WHY_ARMS]
     assert len(grid) == 4 * 3 * 3  # objectives x rates x (constant, linear, own lever)
-    assert sorted(objectives.WHY_ARMS) == ["plm_lr1e-3_p67", "plm_lr3e-4_p67", "plm_lr6e-4_p67"]
+    assert sorted(objectives.WHY_ARMS) == sorted(
+        f"{objective}_lr{lr}_{lever}"
+        for objective, lever in [("plm", "p67"), ("plm", "seed1"), ("clm", "seed1"), ("mlm", "seed1")]
+        for lr in objectives.LEARNING_RATES
+    )
     for arm, (objective, flags) in objectives.ARMS.items():
         assert arm.startswith(objective) and flags[:2] == ["--learning_rate", arm.split("_")[1][2:]]
         if objective != "bert":
