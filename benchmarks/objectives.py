@@ -583,8 +583,11 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     result = {"budget_minutes": budget, "precision": precision_, "task": TASK, "step_cost": str(STEP_COST)}
     result.update(environment=environment(), arms=rows, baselines=baselines)
 
-    def cell(t, gain=None):  # mean ± std (n) over seeds; TF-IDF is deterministic: one number
-        text = f"{t:.3f}" if isinstance(t, float) else f"{t['mean']:.3f} ± {t['std']:.3f} (n={t['n']})"
+    def cell(t, gain=None):  # mean ± std (n) over seeds, a single seed without a std; TF-IDF is deterministic
+        if isinstance(t, float):
+            text = f"{t:.3f}"
+        else:
+            text = f"{t['mean']:.3f}" + (f" ± {t['std']:.3f}" if t["n"] > 1 else "") + f" (n={t['n']})"
         return text + ("" if gain is None else f" {gain * 100:+.1f}")
 
     def probe_cell(p):  # the test accuracy of the feature set chosen on validation
