@@ -23,7 +23,7 @@ then, at the learning rate that finetunes best on validation, a linear decay, an
 XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that changes what a step costs trains for its own
 equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm predicting two thirds of each step
 (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the grid's first points (and its probes:
-the frozen features follow targets per step); and a second pretraining seed (`_seed1`: plm, clm, mlm), how far a
+the frozen features follow targets per step); and other pretraining seeds (`_seed1`, `_seed2`: plm, clm, mlm), how far a
 pretraining's own randomness moves an arm beside the finetuning seeds. Each objective's point with the best validation
 accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries are finetuned at 20
 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as the main job does at 50),
@@ -126,10 +126,10 @@ LEVERS = {  # each objective's own lever in the grid
     "bert": ("m30", ["--mlm_probability", "0.3"]),
 }
 # Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
-# permutation LM predicting two thirds of each step's tokens; and a second pretraining seed (the recipe's is 42: the
+# permutation LM predicting two thirds of each step's tokens; and other pretraining seeds (the recipe's is 42: the
 # initialisation, the data order, the targets), how far a pretraining's own randomness moves an arm.
-SEED_LEVER = ("seed1", ["--seed", "1"])
-WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)]), SEED_LEVER], "clm": [SEED_LEVER], "mlm": [SEED_LEVER]}
+SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in (1, 2)]
+WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)]), *SEEDS], "clm": SEEDS, "mlm": SEEDS}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
 COSTED_LEVERS = {

@@ -135,7 +135,10 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
     assert len(grid) == 4 * 3 * 3  # objectives x rates x (constant, linear, own lever)
     assert sorted(objectives.WHY_ARMS) == sorted(
         f"{objective}_lr{lr}_{lever}"
-        for objective, lever in [("plm", "p67"), ("plm", "seed1"), ("clm", "seed1"), ("mlm", "seed1")]
+        for objective, lever in [
+            ("plm", "p67"),
+            *((o, f"seed{seed}") for o in ("plm", "clm", "mlm") for seed in (1, 2)),
+        ]
         for lr in objectives.LEARNING_RATES
     )
     for arm, (objective, flags) in objectives.ARMS.items():
