@@ -128,7 +128,9 @@ LEVERS = {  # each objective's own lever in the grid
 # Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
 # permutation LM predicting two thirds of each step's tokens; and other pretraining seeds (the recipe's is 42: the
 # initialisation, the data order, the targets), how far a pretraining's own randomness moves an arm.
-SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in (1, 2)]
+RECIPE_SEED = 42  # pretrain/run_pretraining.py's --seed
+PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
+SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in PRETRAINING_SEEDS[1:]]
 WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)]), *SEEDS], "clm": SEEDS, "mlm": SEEDS}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
@@ -632,6 +634,8 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         cells = [cell(baselines[b][name]) if name in baselines.get(b, {}) else "" for b in EPOCHS]
         cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
         lines.append(f"| {name} | | | | | | | | " + " | ".join(cells) + " |")
+    result["pretraining_seeds"] = pretraining_seeds(rows)
+    lines += seed_table(result["pretraining_seeds"])
     lines += probe_tables({labels: probed_models[labels] for labels in probed})
     table = f"{TABLE}_{precision_}{_task_suffix()}"
     Path(f"{table}.md").write_text("\n".join(lines) + "\n")
@@ -644,6 +648,47 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     plot(result, Path(f"{table}.png"))
     Path(f"{table}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def pretraining_seeds(rows: list[dict]) -> dict[str, dict]:
+    """{arm: {seed: [validation, test], ..., "validation": stats, "test": stats}} for each arm also pretrained with
+    other seeds (`_seed1`, `_seed2`): finetuning seed 0's accuracies at 50 labels per group for each pretraining seed
+    (the recipe's first), and their mean ± std over the pretraining seeds."""
+    done = {row["arm"]: row["50"] for row in rows if "test" in row.get("50", {})}
+    result = {}
+    for arm in done:
+        names = {seed: arm if seed == RECIPE_SEED else f"{arm}_seed{seed}" for seed in PRETRAINING_SEEDS}
+        runs = {seed: done[name] for seed, name in names.items() if name in done}
+        if arm in WHY_ARMS or len(runs) < 2:
+            continue
+        result[arm] = {str(seed): [run[k]["values"][0] for k in ("validation", "test")] for seed, run in runs.items()}
+        for key in ("validation", "test"):
+            values = [run[key]["values"][0] for run in runs.values()]
+            result[arm][key] = {"mean": statistics.mean(values), "std": statistics.stdev(values), "n": len(values)}
+    return result
+
+
+def seed_table(seeds: dict[str, dict]) -> list[str]:
+    """Markdown: each arm's accuracies per pretraining seed, and their mean ± std."""
+    if not seeds:
+        return []
+    lines = [
+        "",
+        "Pretraining seeds, 50 labels per group: validation / test accuracy of finetuning seed 0 on the model of each "
+        f"pretraining seed (the recipe's {RECIPE_SEED}, then the `_seed` arms), and their mean ± std over the "
+        "pretraining seeds.",
+        "",
+        "| arm | " + " | ".join(f"seed {seed}" for seed in PRETRAINING_SEEDS) + " | mean ± std |",
+        "|---|" + "---:|" * (len(PRETRAINING_SEEDS) + 1),
+    ]
+    for arm, by_seed in seeds.items():
+        cells = [
+            " / ".join(f"{v:.3f}" for v in by_seed[str(seed)]) if str(seed) in by_seed else ""
+            for seed in PRETRAINING_SEEDS
+        ]
+        stats = " / ".join(f"{by_seed[k]['mean']:.3f} ± {by_seed[k]['std']:.3f}" for k in ("validation", "test"))
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {stats} (n={by_seed['test']['n']}) |")
+    return lines
 
 
 def probe_tables(probed_models: dict[str, dict[str, dict]]) -> list[str]:

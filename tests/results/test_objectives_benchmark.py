@@ -147,6 +147,7 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
             args = parse_args(PretrainingArguments, [*objectives.recipe_flags(objective, str(tmp_path)), *flags])
             check_args(args)
             assert args.objective == objective
+    assert PretrainingArguments.__dataclass_fields__["seed"].default == objectives.RECIPE_SEED
 
 
 def test_each_objectives_entry_is_its_best_point_on_validation():
@@ -157,6 +158,24 @@ def test_each_objectives_entry_is_its_best_point_on_validation():
     rows = [row("plm_lr3e-4", 0.70), row("plm_lr6e-4", 0.73), row("plm_lr1e-3", 0.73), row("mlm_lr6e-4", 0.6)]
     rows += [row("clm_lr6e-4"), row("mlm_lr1e-3", 0.68), row("plm_lr6e-4_p67", 0.9)]  # outside the grid
     assert objectives.entries(rows) == {"plm": "plm_lr6e-4", "mlm": "mlm_lr1e-3"}  # the first on ties; seed 0's
+
+
+def test_pretraining_seeds_are_summarised_over_the_models_finetuning_seed_zero():
+    def row(arm, validation, test):  # finetuning seeds 0, 1: only seed 0's figures count
+        return {"arm": arm, "50": {"validation": {"values": [validation, 0.0]}, "test": {"values": [test, 0.0]}}}
+
+    rows = [row("plm_lr6e-4", 0.7, 0.6), row("plm_lr6e-4_seed2", 0.6, 0.5), row("plm_lr6e-4_seed1", 0.8, 0.4)]
+    rows += [row("clm_lr6e-4", 0.7, 0.6), row("plm_lr1e-3_seed1", 0.5, 0.5), {"arm": "mlm_lr6e-4_seed1"}]
+    seeds = objectives.pretraining_seeds(rows)
+    assert list(seeds) == ["plm_lr6e-4"]  # a single pretraining seed, or a seed without its recipe's, is no row
+    assert {s: seeds["plm_lr6e-4"][s] for s in ("42", "1", "2")} == {"42": [0.7, 0.6], "1": [0.8, 0.4], "2": [0.6, 0.5]}
+    assert seeds["plm_lr6e-4"]["validation"] == pytest.approx({"mean": 0.7, "std": 0.1, "n": 3})
+    assert seeds["plm_lr6e-4"]["test"] == pytest.approx({"mean": 0.5, "std": 0.1, "n": 3})
+    table = "\n".join(objectives.seed_table(seeds))
+    assert (
+        "| plm_lr6e-4 | 0.700 / 0.600 | 0.800 / 0.400 | 0.600 / 0.500 | 0.700 ± 0.100 / 0.500 ± 0.100 (n=3) |" in table
+    )
+    assert objectives.seed_table({}) == []
 
 
 def test_a_held_out_task_pretrains_on_its_own_text_and_compares_twenty_newsgroups_entries(tmp_path, monkeypatch):
