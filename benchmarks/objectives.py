@@ -655,15 +655,15 @@ def pretraining_seeds(rows: list[dict]) -> dict[str, dict]:
     other seeds (`_seed1`, `_seed2`): finetuning seed 0's accuracies at 50 labels per group for each pretraining seed
     (the recipe's first), and their mean ± std over the pretraining seeds."""
     done = {row["arm"]: row["50"] for row in rows if "test" in row.get("50", {})}
-    result = {}
+    keys, result = ("validation", "test"), {}
     for arm in done:
         names = {seed: arm if seed == RECIPE_SEED else f"{arm}_seed{seed}" for seed in PRETRAINING_SEEDS}
-        runs = {seed: done[name] for seed, name in names.items() if name in done}
-        if arm in WHY_ARMS or len(runs) < 2:
+        firsts = {str(seed): [done[name][k]["values"][0] for k in keys] for seed, name in names.items() if name in done}
+        if len(firsts) < 2:  # (a `_seed` arm itself has no seeds of its own)
             continue
-        result[arm] = {str(seed): [run[k]["values"][0] for k in ("validation", "test")] for seed, run in runs.items()}
-        for key in ("validation", "test"):
-            values = [run[key]["values"][0] for run in runs.values()]
+        result[arm] = dict(firsts)
+        for i, key in enumerate(keys):
+            values = [pair[i] for pair in firsts.values()]
             result[arm][key] = {"mean": statistics.mean(values), "std": statistics.stdev(values), "n": len(values)}
     return result
 
