@@ -201,6 +201,23 @@ def test_a_held_out_task_pretrains_on_its_own_text_and_compares_twenty_newsgroup
     assert objectives.recipe_flags("plm", "out")[:2] == ["--embedded_corpus", "newsgroups"]
 
 
+def test_a_longer_budget_shows_the_entries_the_choosing_budget_chose_in_its_own_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(objectives, "TABLE", tmp_path / "objectives")
+    rows = [
+        {"arm": arm, "objective": arm[:3], "50": {"test": {}, "validation": {"values": [score]}}}
+        for arm, score in (("plm_lr6e-4", 0.7), ("plm_lr1e-3", 0.8), ("clm_lr6e-4", 0.6))
+    ]
+    assert objectives.table_path(10, "bf16") == tmp_path / "objectives_bf16"
+    assert objectives.table_path(30, "bf16") == tmp_path / "objectives_bf16_30min"
+    assert objectives.shown_entries(rows, 10, "bf16") == {"plm": "plm_lr1e-3", "clm": "clm_lr6e-4"}
+    assert objectives.shown_entries(rows, 30, "bf16") == {}  # before the choosing budget's table is written
+    (tmp_path / "objectives_bf16.json").write_text(json.dumps({"entries": {"plm": "plm_lr6e-4", "mlm": "mlm_lr3e-4"}}))
+    assert objectives.shown_entries(rows, 30, "bf16") == {"plm": "plm_lr6e-4"}  # chosen at 10 minutes, where it ran
+    monkeypatch.setattr(objectives, "TASK", "news_topic")
+    assert objectives.table_path(30, "bf16") == tmp_path / "objectives_bf16_30min_news_topic"
+    assert objectives.shown_entries(rows, 10, "bf16") == {"plm": "plm_lr6e-4"}
+
+
 def test_a_lever_that_changes_a_steps_cost_trains_for_its_own_equal_time_steps(tmp_path, monkeypatch):
     cost = {"steps": {"10": {"plm": 3060, "mlm": 3915, "clm": 2791, "bert": 3445}}}
     cost["flops_per_step"] = {"plm": 6.6e10, "mlm": 5.8e10, "clm": 7.7e10, "bert": 6.5e10}
