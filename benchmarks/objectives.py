@@ -23,20 +23,21 @@ then, at the learning rate that finetunes best on validation, a linear decay, an
 XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that changes what a step costs trains for its own
 equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm predicting two thirds of each step
 (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the grid's first points (and its probes:
-the frozen features follow targets per step); and other pretraining seeds (`_seed1`, `_seed2`: plm, clm, mlm), how far a
-pretraining's own randomness moves an arm beside the finetuning seeds. Each objective's point with the best validation
-accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main job's) is its entry; entries are finetuned at 20
-/ 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the last epoch's model, as the main job does at 50),
-beside random initialisation and TF-IDF (benchmarks.bench_newsgroups), which come with plm_lr6e-4's finetuning at each
-number of labels. Every run is cached under benchmarks/results/objective_runs and reused: the records (each
-pretraining's results, command and machine; each finetuning run's record; the summaries) are committed, the models stay
-on the machine that trained them (ignored by git). Finetuning that its records cover runs nothing; a model that more
-finetuning needs and that is missing is pretrained again, the same model on the same kind of machine, precision and
-threads: its committed records stay, the new run is noted in record.json (a warning where its loss differs). Runs are
-kept per precision (`<arm>_<budget>min_fp32` or `_bf16`: what the recipes pick on the machine). `probe` asks what each
-model learnt without finetuning it: linear probes of its frozen features (benchmarks.probes; the untrained architecture
-beside plm_lr6e-4), kept as probe_<labels>.json. `table` writes benchmarks/results/objectives_<precision>.json and .md
-from one precision's records (`_30min` with `--budget 30`: the entries the 10-minute grid chose, trained 3x longer).
+the frozen features follow targets per step); and other pretraining seeds of each grid point of plm, clm and mlm
+(`<point>_seed1`, `_seed2`), how far a pretraining's own randomness moves an arm beside the finetuning seeds. Each
+objective's point with the best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main
+job's) is its entry; entries are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the
+last epoch's model, as the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups),
+which come with plm_lr6e-4's finetuning at each number of labels. Every run is cached under
+benchmarks/results/objective_runs and reused: the records (each pretraining's results, command and machine; each
+finetuning run's record; the summaries) are committed, the models stay on the machine that trained them (ignored by
+git). Finetuning that its records cover runs nothing; a model that more finetuning needs and that is missing is
+pretrained again, the same model on the same kind of machine, precision and threads: its committed records stay, the new
+run is noted in record.json (a warning where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` or
+`_bf16`: what the recipes pick on the machine). `probe` asks what each model learnt without finetuning it: linear probes
+of its frozen features (benchmarks.probes; the untrained architecture beside plm_lr6e-4), kept as probe_<labels>.json.
+`table` writes benchmarks/results/objectives_<precision>.json and .md from one precision's records (`_30min` with
+`--budget 30`: the entries the 10-minute grid chose, trained 3x longer).
 
 Held-out tasks (`--task news_topic` or `rotten_tomatoes`): an arm pretrained on that task's own text (the embedded
 news corpus, the Rotten Tomatoes training movies; the same steps) and finetuned on it as above, kept in
@@ -142,12 +143,14 @@ LEVERS = {  # each objective's own lever in the grid
     "bert": ("m30", ["--mlm_probability", "0.3"]),
 }
 # Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
-# permutation LM predicting two thirds of each step's tokens; and other pretraining seeds (the recipe's is 42: the
-# initialisation, the data order, the targets), how far a pretraining's own randomness moves an arm.
+# permutation LM predicting two thirds of each step's tokens; and other pretraining seeds of every grid point of plm,
+# clm and mlm (the recipe's is 42: the initialisation, the data order, the targets), how far a pretraining's own
+# randomness moves an arm.
 RECIPE_SEED = 42  # pretrain/run_pretraining.py's --seed
 PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
 SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in PRETRAINING_SEEDS[1:]]
-WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)]), *SEEDS], "clm": SEEDS, "mlm": SEEDS}
+SEEDED = ("plm", "clm", "mlm")  # the objectives whose grid points also run with the other pretraining seeds
+WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])]}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
 COSTED_LEVERS = {
@@ -159,26 +162,39 @@ COSTED_LEVERS = {
 
 def _arms() -> dict[str, tuple[str, list[str]]]:
     """Every point of the grid at every rate (the linear decay and the own lever run only at each objective's best
-    rate, which validation decides), and the arms outside it."""
+    rate, which validation decides), and the arms outside it (`<point>_seed1`: a grid point's other seeds)."""
     arms = {}
     for objective, (lever, lever_flags) in LEVERS.items():
         for lr in LEARNING_RATES:
-            arms[f"{objective}_lr{lr}"] = (objective, ["--learning_rate", lr])
-            arms[f"{objective}_lr{lr}_linear"] = (objective, ["--learning_rate", lr, "--lr_scheduler_type", "linear"])
-            arms[f"{objective}_lr{lr}_{lever}"] = (objective, ["--learning_rate", lr, *lever_flags])
+            grid = {
+                f"{objective}_lr{lr}": ["--learning_rate", lr],
+                f"{objective}_lr{lr}_linear": ["--learning_rate", lr, "--lr_scheduler_type", "linear"],
+                f"{objective}_lr{lr}_{lever}": ["--learning_rate", lr, *lever_flags],
+            }
+            arms.update({arm: (objective, flags) for arm, flags in grid.items()})
             for name, flags in WHY_LEVERS.get(objective, []):
                 arms[f"{objective}_lr{lr}_{name}"] = (objective, ["--learning_rate", lr, *flags])
+            for arm, flags in grid.items() if objective in SEEDED else ():
+                arms.update({f"{arm}_{name}": (objective, [*flags, *seed]) for name, seed in SEEDS})
     return arms
 
 
 ARMS = _arms()
-WHY_ARMS = {arm for arm in ARMS if any(arm.endswith("_" + name) for ls in WHY_LEVERS.values() for name, _ in ls)}
+WHY_NAMES = [name for levers in WHY_LEVERS.values() for name, _ in levers] + [name for name, _ in SEEDS]
+WHY_ARMS = {arm for arm in ARMS if any(arm.endswith("_" + name) for name in WHY_NAMES)}
+
+
+def _seedless(arm: str) -> str:
+    """The grid point an arm of another pretraining seed trains again (the arm itself otherwise)."""
+    for name, _ in SEEDS:
+        arm = arm.removesuffix("_" + name)
+    return arm
 
 
 def cost_key(arm: str) -> str:
     """Where the arm's step cost is kept: its objective, or `<objective>_<lever>` for a lever that changes it."""
     objective = ARMS[arm][0]
-    key = f"{objective}_{arm.rsplit('_', 1)[1]}"
+    key = f"{objective}_{_seedless(arm).rsplit('_', 1)[1]}"
     return key if key in COSTED_LEVERS else objective
 
 
@@ -796,7 +812,12 @@ def main(argv=None):
     global TASK  # every step below runs on the one task asked
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["step_cost", "pretrain", "finetune", "probe", "table"])
-    parser.add_argument("arms", nargs="*", help=f"Arms of the grid: {', '.join(ARMS)}.")
+    parser.add_argument(
+        "arms",
+        nargs="*",
+        help=f"Arms: {', '.join(a for a in ARMS if _seedless(a) == a)}; and for plm, clm and mlm each grid point's "
+        "`_seed1`, `_seed2`.",
+    )
     parser.add_argument("--budget", type=int, choices=sorted(MAIN_JOB_STEPS), default=10)
     parser.add_argument("--labels_per_class", nargs="+", choices=sorted(EPOCHS), default=["50"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
