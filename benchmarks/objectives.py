@@ -669,8 +669,9 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         cells = [cell(baselines[b][name]) if name in baselines.get(b, {}) else "" for b in EPOCHS]
         cells += [probe_cell(p) if (p := baselines.get(b, {}).get(f"{name}_probe")) else "" for b in probed]
         lines.append(f"| {name} | | | | | | | | " + " | ".join(cells) + " |")
-    result["pretraining_seeds"] = pretraining_seeds(rows)
-    lines += seed_table(result["pretraining_seeds"])
+    result["pretraining_seeds"] = {labels: seeds for labels in EPOCHS if (seeds := pretraining_seeds(rows, labels))}
+    for labels, seeds in result["pretraining_seeds"].items():
+        lines += seed_table(seeds, labels)
     lines += probe_tables({labels: probed_models[labels] for labels in probed})
     table = table_path(budget, precision_)
     Path(f"{table}.md").write_text("\n".join(lines) + "\n")
@@ -681,11 +682,11 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     return result
 
 
-def pretraining_seeds(rows: list[dict]) -> dict[str, dict]:
+def pretraining_seeds(rows: list[dict], labels: str = "50") -> dict[str, dict]:
     """{arm: {seed: [validation, test], ..., "validation": stats, "test": stats}} for each arm also pretrained with
-    other seeds (`_seed1`, `_seed2`): finetuning seed 0's accuracies at 50 labels per group for each pretraining seed
+    other seeds (`_seed1`, `_seed2`): finetuning seed 0's accuracies at `labels` per group for each pretraining seed
     (the recipe's first), and their mean ± std over the pretraining seeds."""
-    done = {row["arm"]: row["50"] for row in rows if "test" in row.get("50", {})}
+    done = {row["arm"]: row[labels] for row in rows if "test" in row.get(labels, {})}
     keys, result = ("validation", "test"), {}
     for arm in done:
         names = {seed: arm if seed == RECIPE_SEED else f"{arm}_seed{seed}" for seed in PRETRAINING_SEEDS}
@@ -699,13 +700,14 @@ def pretraining_seeds(rows: list[dict]) -> dict[str, dict]:
     return result
 
 
-def seed_table(seeds: dict[str, dict]) -> list[str]:
+def seed_table(seeds: dict[str, dict], labels: str = "50") -> list[str]:
     """Markdown: each arm's accuracies per pretraining seed, and their mean ± std."""
     if not seeds:
         return []
+    per_group = "every label" if labels == "all" else f"{labels} labels per group"
     lines = [
         "",
-        "Pretraining seeds, 50 labels per group: validation / test accuracy of finetuning seed 0 on the model of each "
+        f"Pretraining seeds, {per_group}: validation / test accuracy of finetuning seed 0 on the model of each "
         f"pretraining seed (the recipe's {RECIPE_SEED}, then the `_seed` arms), and their mean ± std over the "
         "pretraining seeds.",
         "",

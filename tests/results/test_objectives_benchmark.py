@@ -173,7 +173,10 @@ def test_pretraining_seeds_are_summarised_over_the_models_finetuning_seed_zero()
     assert (
         "| plm_lr6e-4 | 0.700 / 0.600 | 0.800 / 0.400 | 0.600 / 0.500 | 0.700 ± 0.100 / 0.500 ± 0.100 (n=3) |" in table
     )
-    assert objectives.seed_table({}) == []
+    assert objectives.seed_table({}) == [] and objectives.pretraining_seeds(rows, "20") == {}
+    rows = [{"arm": row["arm"], "20": row["50"]} for row in rows if "50" in row]
+    assert objectives.pretraining_seeds(rows, "20") == seeds  # at any number of labels that ran
+    assert "Pretraining seeds, 20 labels per group:" in objectives.seed_table(seeds, "20")[1]
 
 
 def test_a_held_out_task_pretrains_on_its_own_text_and_compares_twenty_newsgroups_entries(tmp_path, monkeypatch):
