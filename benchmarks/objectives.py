@@ -23,8 +23,9 @@ then, at the learning rate that finetunes best on validation, a linear decay, an
 XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that changes what a step costs trains for its own
 equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm predicting two thirds of each step
 (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the grid's first points (and its probes:
-the frozen features follow targets per step); and other pretraining seeds of each grid point of plm, clm and mlm
-(`<point>_seed1`, `_seed2`), how far a pretraining's own randomness moves an arm beside the finetuning seeds. Each
+the frozen features follow targets per step); the causal LM for its equal time in bf16 (`_bf16time`: the steps of
+benchmarks/results/objectives_step_cost_bf16_zen5.json); and other pretraining seeds of each grid point of plm, clm and
+mlm (`<point>_seed1`, `_seed2`), how far a pretraining's own randomness moves an arm beside the finetuning seeds. Each
 objective's point with the best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main
 job's) is its entry; entries are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the
 last epoch's model, as the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups),
@@ -62,6 +63,8 @@ from benchmarks.environment import environment
 
 RUNS = Path("benchmarks/results/objective_runs")  # records committed, models ignored (.gitignore)
 STEP_COST = Path("benchmarks/results/objectives_step_cost.json")
+# The same, timed in bf16 on EPYC-Zen5 (`step_cost --out`): the steps of the `_bf16time` arms
+STEP_COST_BF16 = Path("benchmarks/results/objectives_step_cost_bf16_zen5.json")
 TABLE = Path("benchmarks/results/objectives")  # + _fp32 or _bf16 (.json, .md)
 MAIN_JOB_STEPS = {10: 3060, 30: 9180}  # the permutation LM's steps in the main job's 10 (and 30) minutes
 CHOOSING_BUDGET = 10  # the budget whose grid chooses each objective's entry; the entries alone run at the others
@@ -143,14 +146,15 @@ LEVERS = {  # each objective's own lever in the grid
     "bert": ("m30", ["--mlm_probability", "0.3"]),
 }
 # Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
-# permutation LM predicting two thirds of each step's tokens; and other pretraining seeds of every grid point of plm,
-# clm and mlm (the recipe's is 42: the initialisation, the data order, the targets), how far a pretraining's own
-# randomness moves an arm.
+# permutation LM predicting two thirds of each step's tokens; the causal LM for its equal time in bf16 (`_bf16time`:
+# its step costs 1.24x a permutation step there, 1.10x in fp32, whose times set every arm's steps); and other
+# pretraining seeds of every grid point of plm, clm and mlm (the recipe's is 42: the initialisation, the data order,
+# the targets), how far a pretraining's own randomness moves an arm.
 RECIPE_SEED = 42  # pretrain/run_pretraining.py's --seed
 PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
 SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in PRETRAINING_SEEDS[1:]]
 SEEDED = ("plm", "clm", "mlm")  # the objectives whose grid points also run with the other pretraining seeds
-WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])]}
+WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])], "clm": [("bf16time", [])]}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
 COSTED_LEVERS = {
@@ -442,10 +446,13 @@ def arm_cost(arm: str, cost: dict) -> dict:
 
 
 def arm_steps(arm: str, budget: int) -> int:
-    """The arm's steps in `budget` minutes of the main job's permutation LM."""
-    if not STEP_COST.is_file():
-        sys.exit(f"{STEP_COST} is missing: run `python -m benchmarks.objectives step_cost` first")
-    return arm_cost(arm, json.loads(STEP_COST.read_text()))["steps"][str(budget)]
+    """The arm's steps in `budget` minutes of the main job's permutation LM (timed in bf16 on EPYC-Zen5 for a
+    `_bf16time` arm)."""
+    path = STEP_COST_BF16 if arm.endswith("_bf16time") else STEP_COST
+    if not path.is_file():
+        out = "" if path == STEP_COST else f" --out {path}"
+        sys.exit(f"{path} is missing: run `python -m benchmarks.objectives step_cost{out}` first")
+    return arm_cost(arm, json.loads(path.read_text()))["steps"][str(budget)]
 
 
 RECORDS = ("results.json", "record.json", "run_args.json")  # a pretraining's committed files
