@@ -24,13 +24,13 @@ XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that change
 equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm predicting two thirds of each step
 (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the grid's first points (and its probes:
 the frozen features follow targets per step); the causal LM for its equal time in bf16 (`_bf16time`: the steps of
-benchmarks/results/objectives_step_cost_bf16_zen5.json); and other pretraining seeds of each grid point of plm, clm and
-mlm (`<point>_seed1`, `_seed2`), how far a pretraining's own randomness moves an arm beside the finetuning seeds. Each
-objective's point with the best validation accuracy at 50 labels per group (seed 0, finetuning rate 3e-4, the main
-job's) is its entry; entries are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16 / 8 / 3 epochs, the
-last epoch's model, as the main job does at 50), beside random initialisation and TF-IDF (benchmarks.bench_newsgroups),
-which come with plm_lr6e-4's finetuning at each number of labels. Every run is cached under
-benchmarks/results/objective_runs and reused: the records (each pretraining's results, command and machine; each
+benchmarks/results/objectives_step_cost_bf16_zen5.json); and other pretraining seeds of each point of plm, clm and mlm,
+in the grid or not (`<point>_seed1`, `_seed2`), how far a pretraining's own randomness moves an arm beside the
+finetuning seeds. Each objective's point with the best validation accuracy at 50 labels per group (seed 0, finetuning
+rate 3e-4, the main job's) is its entry; entries are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16
+/ 8 / 3 epochs, the last epoch's model, as the main job does at 50), beside random initialisation and TF-IDF
+(benchmarks.bench_newsgroups), which come with plm_lr6e-4's finetuning at each number of labels. Every run is cached
+under benchmarks/results/objective_runs and reused: the records (each pretraining's results, command and machine; each
 finetuning run's record; the summaries) are committed, the models stay on the machine that trained them (ignored by
 git). Finetuning that its records cover runs nothing; a model that more finetuning needs and that is missing is
 pretrained again, the same model on the same kind of machine, precision and threads: its committed records stay, the new
@@ -148,12 +148,12 @@ LEVERS = {  # each objective's own lever in the grid
 # Outside the grid (never an entry): XLNet's own answer where an objective with more targets a step leads, the
 # permutation LM predicting two thirds of each step's tokens; the causal LM for its equal time in bf16 (`_bf16time`:
 # its step costs 1.24x a permutation step there, 1.10x in fp32, whose times set every arm's steps); and other
-# pretraining seeds of every grid point of plm, clm and mlm (the recipe's is 42: the initialisation, the data order,
-# the targets), how far a pretraining's own randomness moves an arm.
+# pretraining seeds of every point of plm, clm and mlm (the recipe's is 42: the initialisation, the data order, the
+# targets), how far a pretraining's own randomness moves an arm.
 RECIPE_SEED = 42  # pretrain/run_pretraining.py's --seed
 PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
 SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in PRETRAINING_SEEDS[1:]]
-SEEDED = ("plm", "clm", "mlm")  # the objectives whose grid points also run with the other pretraining seeds
+SEEDED = ("plm", "clm", "mlm")  # the objectives whose points also run with the other pretraining seeds
 WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])], "clm": [("bf16time", [])]}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
@@ -166,19 +166,19 @@ COSTED_LEVERS = {
 
 def _arms() -> dict[str, tuple[str, list[str]]]:
     """Every point of the grid at every rate (the linear decay and the own lever run only at each objective's best
-    rate, which validation decides), and the arms outside it (`<point>_seed1`: a grid point's other seeds)."""
+    rate, which validation decides), and the arms outside it (`<point>_seed1`: a point's other seeds)."""
     arms = {}
     for objective, (lever, lever_flags) in LEVERS.items():
         for lr in LEARNING_RATES:
-            grid = {
+            points = {  # the grid's, then those outside it
                 f"{objective}_lr{lr}": ["--learning_rate", lr],
                 f"{objective}_lr{lr}_linear": ["--learning_rate", lr, "--lr_scheduler_type", "linear"],
                 f"{objective}_lr{lr}_{lever}": ["--learning_rate", lr, *lever_flags],
             }
-            arms.update({arm: (objective, flags) for arm, flags in grid.items()})
             for name, flags in WHY_LEVERS.get(objective, []):
-                arms[f"{objective}_lr{lr}_{name}"] = (objective, ["--learning_rate", lr, *flags])
-            for arm, flags in grid.items() if objective in SEEDED else ():
+                points[f"{objective}_lr{lr}_{name}"] = ["--learning_rate", lr, *flags]
+            arms.update({arm: (objective, flags) for arm, flags in points.items()})
+            for arm, flags in points.items() if objective in SEEDED else ():
                 arms.update({f"{arm}_{name}": (objective, [*flags, *seed]) for name, seed in SEEDS})
     return arms
 
@@ -448,7 +448,7 @@ def arm_cost(arm: str, cost: dict) -> dict:
 def arm_steps(arm: str, budget: int) -> int:
     """The arm's steps in `budget` minutes of the main job's permutation LM (timed in bf16 on EPYC-Zen5 for a
     `_bf16time` arm)."""
-    path = STEP_COST_BF16 if arm.endswith("_bf16time") else STEP_COST
+    path = STEP_COST_BF16 if _seedless(arm).endswith("_bf16time") else STEP_COST
     if not path.is_file():
         out = "" if path == STEP_COST else f" --out {path}"
         sys.exit(f"{path} is missing: run `python -m benchmarks.objectives step_cost{out}` first")
