@@ -507,16 +507,17 @@ def _covered(summary: Path, seeds: list[int], lr_grid: list[str], arms: list[str
     return done if (done.get("seeds"), done.get("lr_grid"), done.get("arms")) == wanted else None
 
 
-def _models(arm: str) -> list[str]:
-    """What an arm's finetuning and probes run: its model, and the untrained architecture beside the reference's."""
-    return ["pretrained", "random_init"] if arm == reference_arm() else ["pretrained"]
+def _models(arm: str, budget: int = CHOOSING_BUDGET) -> list[str]:
+    """What an arm's finetuning and probes run: its model, and the untrained architecture (which no budget changes)
+    beside the reference's at the choosing budget."""
+    return ["pretrained", "random_init"] if (arm, budget) == (reference_arm(), CHOOSING_BUDGET) else ["pretrained"]
 
 
 def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list[str], threads: int = 2) -> dict:
     """benchmarks.bench_newsgroups on the arm's model (random init and TF-IDF come with the reference arm's)."""
     from benchmarks import bench_newsgroups
 
-    arms = _models(arm)
+    arms = _models(arm, budget)
     runs = folder(arm, budget) / f"finetune_{labels}"
     covered = _covered(Path(str(runs) + ".json"), seeds, lr_grid, arms)
     if covered:
@@ -541,7 +542,7 @@ def probe(arm: str, budget: int, labels: str, threads: int = 2) -> dict:
 
     path = folder(arm, budget) / f"probe_{labels}.json"
     done = json.loads(path.read_text()) if path.is_file() else {}
-    models = _models(arm)
+    models = _models(arm, budget)
     if all(name in done for name in models):
         return done
     torch.set_num_threads(threads)
@@ -580,7 +581,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     cost = json.loads(STEP_COST.read_text())
     precision_ = precision_ or precision()
     reference_name = reference_arm(precision_)  # random init and TF-IDF come with its finetuning
-    reference = folder(reference_name, budget, precision_)
+    reference = folder(reference_name, CHOOSING_BUDGET, precision_)  # random init and TF-IDF: the same at any budget
     rows, baselines, probed_models = [], {}, {labels: {} for labels in EPOCHS}  # labels -> {arm or baseline: probe}
     references = {labels: _summary(reference / f"finetune_{labels}.json", labels) for labels in EPOCHS}
     for arm, (objective, flags) in ARMS.items():
@@ -619,6 +620,9 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
                 baselines.setdefault(labels, {}).update({k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")})
         rows.append(row)
     for labels, probed in probed_models.items():
+        path = reference / f"probe_{labels}.json"  # the untrained architecture's, probed beside the reference's
+        if "random_init" in (known := json.loads(path.read_text()) if path.is_file() else {}):
+            probed["random_init"] = known["random_init"]
         if "random_init" in probed:
             baselines.setdefault(labels, {})["random_init_probe"] = _best_probe(probed["random_init"])
     result = {"budget_minutes": budget, "precision": precision_, "task": TASK, "step_cost": str(STEP_COST)}
@@ -636,6 +640,7 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         return f"{p['test_accuracy']:.3f} ({'read token' if layer == p['features'] else 'mean, layer ' + layer})"
 
     probed = [b for b in EPOCHS if any("probe" in row.get(b, {}) for row in rows)]
+    at_choosing = "" if budget == CHOOSING_BUDGET else f" at {CHOOSING_BUDGET} minutes"
     lines = [
         f"# Pretraining objectives at equal compute ({budget} minutes of the main job's permutation LM), {precision_}"
         + (f", {TASKS[TASK][1]} (held out)" if held_out() else ""),
@@ -646,10 +651,8 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         + f"` from benchmarks/results/objective_runs/*_{budget}min_{precision_}{_task_suffix()}. Test accuracy on "
         f"{TASKS[TASK][1]} (each arm pretrained on its own text), mean ± std over seeds (n), then the gain in points "
         "over random initialisation of the same size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows "
-        f"come with {reference_name}'s finetuning: without it the gains are blank); validation on 20 "
-        "Newsgroups (seed 0, finetuning rate 3e-4) chose each objective's entry"
-        + ("" if budget == CHOOSING_BUDGET else f" at {CHOOSING_BUDGET} minutes")
-        + ". "
+        f"come with {reference_name}'s finetuning{at_choosing}: without it the gains are blank); validation on 20 "
+        f"Newsgroups (seed 0, finetuning rate 3e-4) chose each objective's entry{at_choosing}. "
         "The time is the pretraining's training steps on its machine, at the threads it had (beside another run "
         "where two ran at once). The loss is each objective's own (not comparable across objectives). A linear "
         "probe is a logistic regression on the frozen model's features (benchmarks/probes.py): its test accuracy "

@@ -216,6 +216,8 @@ def test_a_longer_budget_shows_the_entries_the_choosing_budget_chose_in_its_own_
     assert objectives.shown_entries(rows, 30, "bf16") == {}  # before the choosing budget's table is written
     (tmp_path / "objectives_bf16.json").write_text(json.dumps({"entries": {"plm": "plm_lr6e-4", "mlm": "mlm_lr3e-4"}}))
     assert objectives.shown_entries(rows, 30, "bf16") == {"plm": "plm_lr6e-4"}  # chosen at 10 minutes, where it ran
+    assert objectives._models("plm_lr6e-4") == ["pretrained", "random_init"]
+    assert objectives._models("plm_lr6e-4", 30) == ["pretrained"]  # random init is the same at any budget
     monkeypatch.setattr(objectives, "TASK", "news_topic")
     assert objectives.table_path(30, "bf16") == tmp_path / "objectives_bf16_30min_news_topic"
     assert objectives.shown_entries(rows, 10, "bf16") == {"plm": "plm_lr6e-4"}
