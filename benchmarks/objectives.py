@@ -653,8 +653,8 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
         "over random initialisation of the same size and tokenizer (XLNet-Lite's; the random init and TF-IDF rows "
         f"come with {reference_name}'s finetuning{at_choosing}: without it the gains are blank); validation on 20 "
         f"Newsgroups (seed 0, finetuning rate 3e-4) chose each objective's entry{at_choosing}. "
-        "The time is the pretraining's training steps on its machine, at the threads it had (beside another run "
-        "where two ran at once). The loss is each objective's own (not comparable across objectives). A linear "
+        "The time is the pretraining's training steps on its machine, at the threads it had (beside other runs "
+        "where runs shared the machine). The loss is each objective's own (not comparable across objectives). A linear "
         "probe is a logistic regression on the frozen model's features (benchmarks/probes.py): its test accuracy "
         "with the feature set that probes best on validation (a layer's mean over the tokens, or the last layer at "
         "the token the classifier reads).",
@@ -809,10 +809,16 @@ def plot(result: dict, path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel(f"{TASKS[TASK][1]} test accuracy")
     handles, names = axes[0][0].get_legend_handles_labels()
-    unique = dict(zip(names, handles))  # one entry per name
-    fig.legend(
-        unique.values(), unique.keys(), loc="upper center", ncol=len(unique), frameon=False, bbox_to_anchor=(0.5, 1.05)
-    )
+    unique = dict(zip(names, handles))  # one entry per name (none before anything is finetuned)
+    if unique:
+        fig.legend(
+            unique.values(),
+            unique.keys(),
+            loc="upper center",
+            ncol=len(unique),
+            frameon=False,
+            bbox_to_anchor=(0.5, 1.05),
+        )
     fig.suptitle(
         f"Pretraining objectives at equal compute ({result['budget_minutes']} min), {result['precision']}", y=1.12
     )
