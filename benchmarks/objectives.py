@@ -29,16 +29,16 @@ in the grid or not (`<point>_seed1`, `_seed2`), how far a pretraining's own rand
 finetuning seeds. Each objective's point with the best validation accuracy at 50 labels per group (seed 0, finetuning
 rate 3e-4, the main job's) is its entry; entries are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16
 / 8 / 3 epochs, the last epoch's model, as the main job does at 50), beside random initialisation and TF-IDF
-(benchmarks.bench_newsgroups), which come with plm_lr6e-4's finetuning at each number of labels. Every run is cached
-under benchmarks/results/objective_runs and reused: the records (each pretraining's results, command and machine; each
-finetuning run's record; the summaries) are committed, the models stay on the machine that trained them (ignored by
-git). Finetuning that its records cover runs nothing; a model that more finetuning needs and that is missing is
-pretrained again, the same model on the same kind of machine, precision and threads: its committed records stay, the new
-run is noted in record.json (a warning where its loss differs). Runs are kept per precision (`<arm>_<budget>min_fp32` or
-`_bf16`: what the recipes pick on the machine). `probe` asks what each model learnt without finetuning it: linear probes
-of its frozen features (benchmarks.probes; the untrained architecture beside plm_lr6e-4), kept as probe_<labels>.json.
-`table` writes benchmarks/results/objectives_<precision>.json and .md from one precision's records (`_30min` with
-`--budget 30`: the entries the 10-minute grid chose, trained 3x longer).
+(benchmarks.bench_newsgroups), which come with plm_lr6e-4's finetuning at 10 minutes at each number of labels. Every run
+is cached under benchmarks/results/objective_runs and reused: the records (each pretraining's results, command and
+machine; each finetuning run's record; the summaries) are committed, the models stay on the machine that trained them
+(ignored by git). Finetuning that its records cover runs nothing; a model that more finetuning needs and that is missing
+is pretrained again, the same model on the same kind of machine, precision and threads: its committed records stay, the
+new run is noted in record.json (a warning where its loss differs). Runs are kept per precision
+(`<arm>_<budget>min_fp32` or `_bf16`: what the recipes pick on the machine). `probe` asks what each model learnt without
+finetuning it: linear probes of its frozen features (benchmarks.probes; the untrained architecture beside plm_lr6e-4),
+kept as probe_<labels>.json. `table` writes benchmarks/results/objectives_<precision>.json and .md from one precision's
+records (`_30min` with `--budget 30`: the entries the 10-minute grid chose, trained 3x longer).
 
 Held-out tasks (`--task news_topic` or `rotten_tomatoes`): an arm pretrained on that task's own text (the embedded
 news corpus, the Rotten Tomatoes training movies; the same steps) and finetuned on it as above, kept in
@@ -189,7 +189,7 @@ WHY_ARMS = {arm for arm in ARMS if any(arm.endswith("_" + name) for name in WHY_
 
 
 def _seedless(arm: str) -> str:
-    """The grid point an arm of another pretraining seed trains again (the arm itself otherwise)."""
+    """The point an arm of another pretraining seed trains again (the arm itself otherwise)."""
     for name, _ in SEEDS:
         arm = arm.removesuffix("_" + name)
     return arm
