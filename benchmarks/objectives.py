@@ -152,7 +152,8 @@ LEVERS = {  # each objective's own lever in the grid
 # targets), how far a pretraining's own randomness moves an arm.
 RECIPE_SEED = 42  # pretrain/run_pretraining.py's --seed
 PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
-SEEDS = [(f"seed{seed}", ["--seed", str(seed)]) for seed in PRETRAINING_SEEDS[1:]]
+SEED_NAMES = {seed: f"seed{seed}" for seed in PRETRAINING_SEEDS[1:]}  # an arm of another seed: `<point>_<name>`
+SEEDS = [(name, ["--seed", str(seed)]) for seed, name in SEED_NAMES.items()]
 SEEDED = ("plm", "clm", "mlm")  # the objectives whose points also run with the other pretraining seeds
 WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])], "clm": [("bf16time", [])]}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
@@ -620,9 +621,9 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
                 baselines.setdefault(labels, {}).update({k: ref[k]["test_accuracy"] for k in ("random_init", "tfidf")})
         rows.append(row)
     for labels, probed in probed_models.items():
-        path = reference / f"probe_{labels}.json"  # the untrained architecture's, probed beside the reference's
-        if "random_init" in (known := json.loads(path.read_text()) if path.is_file() else {}):
-            probed["random_init"] = known["random_init"]
+        path = reference / f"probe_{labels}.json"  # at another budget: the untrained architecture's, probed beside
+        if "random_init" not in probed and path.is_file():  # the reference's at the choosing budget
+            probed.update({k: v for k, v in json.loads(path.read_text()).items() if k == "random_init"})
         if "random_init" in probed:
             baselines.setdefault(labels, {})["random_init_probe"] = _best_probe(probed["random_init"])
     result = {"budget_minutes": budget, "precision": precision_, "task": TASK, "step_cost": str(STEP_COST)}
@@ -699,7 +700,7 @@ def pretraining_seeds(rows: list[dict], labels: str = "50") -> dict[str, dict]:
     done = {row["arm"]: row[labels] for row in rows if "test" in row.get(labels, {})}
     keys, result = ("validation", "test"), {}
     for arm in done:
-        names = {seed: arm if seed == RECIPE_SEED else f"{arm}_seed{seed}" for seed in PRETRAINING_SEEDS}
+        names = {seed: arm if seed == RECIPE_SEED else f"{arm}_{SEED_NAMES[seed]}" for seed in PRETRAINING_SEEDS}
         firsts = {str(seed): [done[name][k]["values"][0] for k in keys] for seed, name in names.items() if name in done}
         if len(firsts) < 2:  # (a `_seed` arm itself has no seeds of its own)
             continue
@@ -833,8 +834,9 @@ def main(argv=None):
     parser.add_argument(
         "arms",
         nargs="*",
-        help=f"Arms: {', '.join(a for a in ARMS if _seedless(a) == a)}; and for plm, clm and mlm each grid point's "
-        "`_seed1`, `_seed2`.",
+        help=f"Arms: {', '.join(a for a in ARMS if _seedless(a) == a)}; and for {', '.join(SEEDED)} each point's "
+        + ", ".join(f"`_{name}`" for name, _ in SEEDS)
+        + ".",
     )
     parser.add_argument("--budget", type=int, choices=sorted(MAIN_JOB_STEPS), default=10)
     parser.add_argument("--labels_per_class", nargs="+", choices=sorted(EPOCHS), default=["50"])
