@@ -24,7 +24,8 @@ XLNet's 1/6 predicted; mlm: 30% masked; clm: a cosine decay; a lever that change
 equal-time steps, `step_cost --levers`). Outside the grid and never an entry: plm predicting two thirds of each step
 (`_p67`), XLNet's own lever once the causal LM, which scores every token, led the grid's first points (and its probes:
 the frozen features follow targets per step); the causal LM for its equal time in bf16 (`_bf16time`: the steps of
-benchmarks/results/objectives_step_cost_bf16_zen5.json); and other pretraining seeds of each point of plm, clm and mlm,
+benchmarks/results/objectives_step_cost_bf16_zen5.json); the causal LM's model finetuned with bidirectional attention
+(`_bi`: its entry finetunes causally, as it pretrained); and other pretraining seeds of each point of plm, clm and mlm,
 in the grid or not (`<point>_seed1`, `_seed2`), how far a pretraining's own randomness moves an arm beside the
 finetuning seeds. Each objective's point with the best validation accuracy at 50 labels per group (seed 0, finetuning
 rate 3e-4, the main job's) is its entry; entries are finetuned at 20 / 50 / all labels per group over seeds 0, 1, 2 (16
@@ -155,7 +156,11 @@ PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
 SEED_NAMES = {seed: f"seed{seed}" for seed in PRETRAINING_SEEDS[1:]}  # an arm of another seed: `<point>_<name>`
 SEEDS = [(name, ["--seed", str(seed)]) for seed, name in SEED_NAMES.items()]
 SEEDED = ("plm", "clm", "mlm")  # the objectives whose points also run with the other pretraining seeds
-WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])], "clm": [("bf16time", [])]}
+WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])], "clm": [("bf16time", []), ("bi", [])]}
+# Levers of finetuning alone: `<point>_bi` finetunes `<point>`'s model with bidirectional attention (run_glue.py
+# --attn_type bi), where the causal LM's entry finetunes as it pretrained, `uni` (its classifier's <cls>, last, reads
+# every token either way; bidirectional, every other token reads the whole text too).
+FINETUNE_LEVERS = {"bi": ["--attn_type", "bi"]}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
 COSTED_LEVERS = {
@@ -194,6 +199,16 @@ def _seedless(arm: str) -> str:
     for name, _ in SEEDS:
         arm = arm.removesuffix("_" + name)
     return arm
+
+
+def pretrained_arm(arm: str) -> str:
+    """The arm whose model the arm finetunes: itself, or for `<point>_bi` (a lever of finetuning alone) `<point>`."""
+    return "_".join(part for part in arm.split("_") if part not in FINETUNE_LEVERS)
+
+
+def finetune_flags(arm: str) -> list[str]:
+    """run_glue.py flags of the arm's finetuning levers (FINETUNE_LEVERS)."""
+    return [flag for part in arm.split("_") for flag in FINETUNE_LEVERS.get(part, [])]
 
 
 def cost_key(arm: str) -> str:
@@ -462,6 +477,8 @@ RECORDS = ("results.json", "record.json", "run_args.json")  # a pretraining's co
 def pretrain(arm: str, budget: int, threads: int = 2) -> Path:
     """The arm's pretrained model: cached, resumed from its last checkpoint if a run was cut short, or trained again
     where only its committed records are here (they stay as committed; the new run is noted in record.json)."""
+    if pretrained_arm(arm) != arm:  # a lever of finetuning alone: the point's own model
+        return pretrain(pretrained_arm(arm), budget, threads)
     objective, flags = ARMS[arm]
     out = folder(arm, budget) / "pretrain"
     if (out / "model.safetensors").is_file() and (out / "results.json").is_file():
@@ -526,7 +543,8 @@ def finetune(arm: str, budget: int, labels: str, seeds: list[int], lr_grid: list
     pretrained = pretrain(arm, budget, threads)
     if ARMS[arm][0] == "bert":
         return finetune_bert(arm, pretrained, runs, labels, seeds, lr_grid)
-    flags = f"--num_train_epochs {EPOCHS[labels]} --eval_strategy no {FINETUNE_FLAGS}".strip()
+    flags = shlex.join(["--num_train_epochs", str(EPOCHS[labels]), "--eval_strategy", "no", *finetune_flags(arm)])
+    flags = f"{flags} {FINETUNE_FLAGS}".strip()
     argv = ["--pretrained", str(pretrained), "--embedded_task", TASK, "--labels_per_class", labels]
     argv += ["--lr_grid", *lr_grid]
     argv += ["--seeds", *map(str, seeds), "--arms", *arms, "--finetune_flags", flags, "--runs_dir", str(runs)]
@@ -541,6 +559,8 @@ def probe(arm: str, budget: int, labels: str, threads: int = 2) -> dict:
 
     from benchmarks import probes
 
+    if pretrained_arm(arm) != arm:
+        sys.exit(f"{arm} finetunes {pretrained_arm(arm)}'s model: probe {pretrained_arm(arm)}")
     path = folder(arm, budget) / f"probe_{labels}.json"
     done = json.loads(path.read_text()) if path.is_file() else {}
     models = _models(arm, budget)
@@ -586,14 +606,15 @@ def write_table(budget: int = 10, precision_: str | None = None) -> dict:
     rows, baselines, probed_models = [], {}, {labels: {} for labels in EPOCHS}  # labels -> {arm or baseline: probe}
     references = {labels: _summary(reference / f"finetune_{labels}.json", labels) for labels in EPOCHS}
     for arm, (objective, flags) in ARMS.items():
-        runs = folder(arm, budget, precision_)
-        if not (runs / "pretrain" / "results.json").is_file():
+        runs, model = folder(arm, budget, precision_), folder(pretrained_arm(arm), budget, precision_) / "pretrain"
+        if not (model / "results.json").is_file() or not runs.is_dir():
             continue
-        pretrained = json.loads((runs / "pretrain" / "results.json").read_text())
-        record = runs / "pretrain" / "record.json"
+        pretrained = json.loads((model / "results.json").read_text())
+        record = model / "record.json"
         record = json.loads(record.read_text()) if record.is_file() else {}
         env = record.get("environment", {})
         row = {"arm": arm, "objective": objective, "flags": " ".join(flags), "steps": pretrained["steps"]}
+        row.update({"finetune_flags": " ".join(extra)} if (extra := finetune_flags(arm)) else {})
         row["tokens"] = pretrained["train_tokens_seen"]
         row["flops"] = pretrained["steps"] * arm_cost(arm, cost)["flops_per_step"]
         row["eval_loss"] = pretrained["eval_loss"]

@@ -92,6 +92,9 @@ class FinetuneArguments(training.RecipeArguments):
     summary_type: Literal["last", "mean"] | None = flag(
         None, "Pooling: last (<cls>, XLNet's) or mean (of the real tokens); default: the model's."
     )
+    attn_type: Literal["bi", "uni"] | None = flag(
+        None, "Attention: bi (XLNet's) or uni (causal, as --objective clm pretrains); default: the model's."
+    )
     reinit_layers: int = flag(0, "Draw the top N pretrained layers afresh (N = n_layer keeps the embeddings alone).")
     trust_remote_code: bool = flag(False, "Allow code from the checkpoint's folder / Hub repo.")
     # optimisation (defaults differ from pretraining)
@@ -112,7 +115,7 @@ class FinetuneArguments(training.RecipeArguments):
         *("task_name", "train_file", "validation_file", "text_column", "text_pair_column", "embedded_task"),
         *("model_name_or_path", "config_name", "tokenizer_name", "max_seq_length", "long_document_mode", "head_len"),
         *("max_windows", "max_train_samples", "max_train_samples_per_class", "mem_len", "mems_backprop", "dropout"),
-        *("summary_type", "reinit_layers"),
+        *("summary_type", "attn_type", "reinit_layers"),
     )
 
 

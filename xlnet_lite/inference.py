@@ -47,8 +47,9 @@ def load_model_and_tokenizer(args, labels: Labels, train_source):
 
 
 def head_kwargs(args) -> dict:
-    """Config fields the finetuning flags set on the loaded model."""
-    return {"dropout": args.dropout, **({"summary_type": args.summary_type} if args.summary_type else {})}
+    """Config fields the finetuning flags set on the loaded model (the model's own where a flag is unset)."""
+    chosen = {name: getattr(args, name) for name in ("summary_type", "attn_type")}
+    return {"dropout": args.dropout, **{name: value for name, value in chosen.items() if value}}
 
 
 def checkpoint_label_kwargs(config, labels: Labels, path, train_source):

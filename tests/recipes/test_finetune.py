@@ -120,6 +120,26 @@ def test_end_to_end_csv(tmp_path, pretrained):
     assert [model.config.id2label[int(i)] for i in predicted] == [line.split("\t")[1] for line in lines[1:]]
 
 
+def test_attn_type_finetunes_a_bidirectional_model_causally(tmp_path, pretrained):
+    """--attn_type uni: the classifier trains and is saved causal (as --objective clm pretrains), and computes
+    causal attention, not the pretrained model's bidirectional one (weights scaled up so that attention is far from
+    uniform: at the initial scale the two differ by 1e-4)."""
+    train = write_rows(tmp_path / "train.jsonl", sentiment_rows())
+    _, out = run(tmp_path, pretrained, "--train_file", train, "--validation_file", train, "--attn_type", "uni")
+    assert json.loads((pretrained / "config.json").read_text())["attn_type"] == "bi"
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
+    assert model.config.attn_type == "uni"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    enc = tokenizer(GOOD[:3] + BAD[:2], padding=True, return_tensors="pt")
+    bidirectional = xlnet_lite.XLNetLiteForSequenceClassification.from_pretrained(out, attn_type="bi").eval()
+    with torch.no_grad():
+        for a, b in zip(model.parameters(), bidirectional.parameters(), strict=True):
+            a.mul_(8.0), b.mul_(8.0)
+        causal, both = model(**enc).logits, bidirectional(**enc).logits
+    # <cls>, last, reads every position either way, but in a causal model the others never read a later one
+    assert (causal - both).abs().max() > 0.1
+
+
 def test_learns_the_tiny_task(tmp_path, pretrained):
     """A few epochs on 24 sentences separate the two classes of the training data (the validation set here)."""
     train = write_rows(tmp_path / "train.jsonl", sentiment_rows(label=lambda good: int(good)))

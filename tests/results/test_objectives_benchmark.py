@@ -134,7 +134,7 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
     grid = [arm for arm in objectives.ARMS if arm not in objectives.WHY_ARMS]
     assert len(grid) == 4 * 3 * 3  # objectives x rates x (constant, linear, own lever)
     rates = objectives.LEARNING_RATES
-    why = [f"{o}_lr{lr}_{lever}" for o, lever in (("plm", "p67"), ("clm", "bf16time")) for lr in rates]
+    why = [f"{o}_lr{lr}_{lever}" for o, lever in (("plm", "p67"), ("clm", "bf16time"), ("clm", "bi")) for lr in rates]
     seeded = [f"{a}_seed{seed}" for a in grid + why if a.split("_")[0] in ("plm", "clm", "mlm") for seed in (1, 2)]
     assert sorted(objectives.WHY_ARMS) == sorted(why + seeded)
     assert objectives.ARMS["mlm_lr6e-4_m30_seed1"] == (
@@ -148,6 +148,38 @@ def test_every_arm_of_the_grid_is_a_valid_run_of_the_recipe(tmp_path):
             check_args(args)
             assert args.objective == objective
     assert PretrainingArguments.__dataclass_fields__["seed"].default == objectives.RECIPE_SEED
+
+
+def test_a_lever_of_finetuning_finetunes_the_points_own_model(tmp_path, monkeypatch):
+    """`<point>_bi` trains nothing: it finetunes `<point>`'s model (seeds too) with run_glue.py --attn_type bi, kept
+    in its own folder; its probes are the point's."""
+    from benchmarks import bench_newsgroups
+    from finetune.run_glue import FinetuneArguments
+    from xlnet_lite.training import parse_args
+
+    monkeypatch.setattr(objectives, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(objectives, "precision", lambda: "bf16")
+    for point in ("clm_lr6e-4", "clm_lr6e-4_seed1"):
+        model = objectives.folder(point, 10) / "pretrain"
+        model.mkdir(parents=True)
+        (model / "model.safetensors").write_text("")
+        (model / "results.json").write_text("{}")
+    calls = []
+    monkeypatch.setattr(bench_newsgroups, "main", lambda argv: calls.append(argv))
+    for arm, point in (("clm_lr6e-4_bi", "clm_lr6e-4"), ("clm_lr6e-4_bi_seed1", "clm_lr6e-4_seed1")):
+        assert objectives.pretrained_arm(arm) == point and arm in objectives.WHY_ARMS
+        objectives.finetune(arm, 10, "50", [0, 1], ["3e-4"])
+        argv = calls.pop()
+        assert argv[argv.index("--pretrained") + 1] == str(objectives.folder(point, 10) / "pretrain")
+        assert argv[argv.index("--runs_dir") + 1] == str(objectives.folder(arm, 10) / "finetune_50")
+        flags = argv[argv.index("--finetune_flags") + 1].split()
+        assert flags[-2:] == ["--attn_type", "bi"] and argv[argv.index("--labels_per_class") + 1] == "50"
+        assert parse_args(FinetuneArguments, flags).attn_type == "bi"
+        with pytest.raises(SystemExit, match=f"{arm} finetunes {point}'s model: probe {point}"):
+            objectives.probe(arm, 10, "50")
+    objectives.finetune("clm_lr6e-4", 10, "50", [0], ["3e-4"])
+    argv = calls.pop()
+    assert "--attn_type" not in argv[argv.index("--finetune_flags") + 1]  # the entry finetunes as it pretrained
 
 
 def test_each_objectives_entry_is_its_best_point_on_validation():
