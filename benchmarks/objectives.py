@@ -156,11 +156,14 @@ PRETRAINING_SEEDS = (RECIPE_SEED, 1, 2)
 SEED_NAMES = {seed: f"seed{seed}" for seed in PRETRAINING_SEEDS[1:]}  # an arm of another seed: `<point>_<name>`
 SEEDS = [(name, ["--seed", str(seed)]) for seed, name in SEED_NAMES.items()]
 SEEDED = ("plm", "clm", "mlm")  # the objectives whose points also run with the other pretraining seeds
-WHY_LEVERS = {"plm": [("p67", ["--plm_probability", str(2 / 3)])], "clm": [("bf16time", []), ("bi", [])]}
-# Levers of finetuning alone: `<point>_bi` finetunes `<point>`'s model with bidirectional attention (run_glue.py
-# --attn_type bi), where the causal LM's entry finetunes as it pretrained, `uni` (its classifier's <cls>, last, reads
-# every token either way; bidirectional, every other token reads the whole text too).
+# Levers of the causal LM's finetuning alone: `<point>_bi` finetunes `<point>`'s model with bidirectional attention
+# (run_glue.py --attn_type bi), where the causal LM's entry finetunes as it pretrained, `uni` (its classifier's <cls>,
+# last, reads every token either way; bidirectional, every other token reads the whole text too).
 FINETUNE_LEVERS = {"bi": ["--attn_type", "bi"]}
+WHY_LEVERS = {
+    "plm": [("p67", ["--plm_probability", str(2 / 3)])],
+    "clm": [("bf16time", []), *((name, []) for name in FINETUNE_LEVERS)],  # a finetuning lever trains nothing
+}
 # Levers that change what a step costs: their arms train for their own equal-time steps (`step_cost --levers`).
 COST_FLAGS = {"--plm_probability", "--mlm_probability"}
 COSTED_LEVERS = {
