@@ -250,15 +250,17 @@ def step_cost(args) -> dict:
         if not args.out.is_file():
             sys.exit(f"{args.out} is missing: run `python -m benchmarks.objectives step_cost` first")
     setups, store, blocks = {}, None, None
+    shape = bert_shape(tmp)  # every objective's (BERT's from the XLNet arms')
     for key, (objective, flags) in variants.items():
         if objective == "bert":  # <cls> A <sep> blocks, no memory
             if blocks is None:
                 texts, _, bert_tokenizer = main_job_text()
-                blocks = bert_mlm.mlm_blocks(texts, bert_tokenizer, 128)
-            config = bert_mlm.bert_config_like("small", len(bert_tokenizer), pad_token_id=bert_tokenizer.pad_token_id)
+                blocks = bert_mlm.mlm_blocks(texts, bert_tokenizer, shape["seq_len"])
+            size, pad = shape["model_size"], bert_tokenizer.pad_token_id
+            config = bert_mlm.bert_config_like(size, len(bert_tokenizer), pad_token_id=pad)
             torch.manual_seed(0)
             bert = BertForMaskedLM(config).train()
-            order = bert_mlm._block_order(len(blocks), 16, 0)
+            order = bert_mlm._block_order(len(blocks), shape["batch_size"], 0)
             collate = bert_mlm._mlm_collator(bert_tokenizer, _flag(flags, "--mlm_probability", 0.15), 0)
             setups[key] = dict(model=bert, optimizer=torch.optim.AdamW(bert.parameters(), lr=1e-4))
             setups[key]["next"] = lambda order=order, collate=collate: {
@@ -334,10 +336,11 @@ def step_cost(args) -> dict:
         shown = {key: {k: v[k] for k in ("relative_step_time", "steps")} for key, v in result["levers"].items()}
     else:
         objectives = list(setups)
-        tokens = 16 * 128
+        tokens = shape["batch_size"] * shape["seq_len"]
         result = {
             **measured,
-            "batch": "16 x 128 tokens, memory 96 (BERT: none), small preset, vocab 8000 (the main job's)",
+            "batch": f"{shape['batch_size']} x {shape['seq_len']} tokens, memory {run.mem_len} (BERT: none), "
+            f"{shape['model_size']} preset, vocab {len(tokenizer)} (the main job's)",
             "step_seconds": {o: {"median": median[o], "rounds": seconds[o]} for o in objectives},
             "relative_step_time": {o: median[o] / median["plm"] for o in objectives},
             "flops_per_step": flops,
@@ -352,6 +355,16 @@ def step_cost(args) -> dict:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(shown, indent=2))
     return result
+
+
+def bert_shape(output_dir: str) -> dict:
+    """The XLNet arms' size, rows and batch, which the BERT arms take (the recipe's defaults: `small`, 16 x 128)."""
+    shape = recipe_flags("bert", output_dir)
+    return dict(
+        model_size=_flag(shape, "--model_size", "small"),
+        seq_len=_flag(shape, "--seq_len", 128),
+        batch_size=_flag(shape, "--per_device_train_batch_size", 16),
+    )
 
 
 def main_job_text():
@@ -381,13 +394,10 @@ def pretrain_bert(arm: str, budget: int, out: Path, threads: int) -> Path:
     steps = arm_steps(arm, budget)
     print(f"[{time.strftime('%H:%M:%S')}] pretrain {arm}: {steps} steps", flush=True)
     train, validation, tokenizer = main_job_text()
-    shape = recipe_flags("bert", str(out))  # the XLNet arms' size, rows and batch
     results = bert_mlm.pretrain_mlm(
         list(train),
         tokenizer,
-        model_size=_flag(shape, "--model_size", "small"),
-        seq_len=_flag(shape, "--seq_len", 128),
-        batch_size=_flag(shape, "--per_device_train_batch_size", 16),
+        **bert_shape(str(out)),
         max_steps=steps,
         learning_rate=_flag(flags, "--learning_rate", 6e-4),
         lr_scheduler_type=_flag(flags, "--lr_scheduler_type", "constant_with_warmup"),

@@ -30,6 +30,7 @@ PRETRAINING_KEYS = (
     "unigram_baseline_loss",
     "mixed_precision",
     "parameters",
+    "device",
 )
 
 
@@ -109,6 +110,8 @@ def main(argv=None):
             else f"a {run['steps']:,}-step budget"
         )
         precision = precision_name(run.get("mixed_precision")) or "precision not recorded"
+        if run.get("device") not in (None, "cpu"):  # where a GPU ran it
+            precision += f" on {run['device']}"
         print(
             f"pretraining: {budget}, {run['steps']:,} steps, {run['train_tokens_seen'] / 1e6:.1f}M tokens in "
             f"{run['train_seconds'] / 60:.1f} min ({precision}); validation PLM loss "

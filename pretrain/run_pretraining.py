@@ -361,6 +361,7 @@ def train(run: Pretraining, *, step, mems):
 def finish(run: Pretraining, *, steps):
     """results.json, loss.png and the model (training-only config fields reset), each written atomically."""
     args, accelerator, model, loop, baseline = run.args, run.accelerator, run.model, run.loop, run.baseline
+    device = accelerator.device
     records = run.metrics.records()
     evals = [r for r in records if "eval_loss" in r]
     trained = [r for r in records if "tokens_per_second" in r]
@@ -379,6 +380,7 @@ def finish(run: Pretraining, *, steps):
         "skipped_steps": loop.skipped,
         "mixed_precision": accelerator.mixed_precision,
         "num_processes": accelerator.num_processes,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,  # where it trained
     }
     training.save_final_model(
         accelerator, model, run.tokenizer, args.output_dir, config_updates=PRETRAINING_ONLY_FIELDS

@@ -250,8 +250,9 @@ def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
 @pytest.mark.slow
 def test_compiled_whole_with_the_kernels_inside():
     """torch.compile(fullgraph=True) takes the kernels as operators in its graph (no break around them) and a
-    training step gives the uncompiled step's loss and gradients."""
-    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6})
+    training step gives the uncompiled step's loss and gradients. One layer: a second compiles the same operators
+    again (twice the compile time on a CPU)."""
+    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6, "n_layer": 1})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=7).train()
     model.config._attn_implementation = TRITON_ATTENTION
     inputs = dict(**pretraining_batch(8), **segments_and_left_padding((B, T)))

@@ -210,7 +210,7 @@ def test_two_processes_with_torchrun(corpus, tmp_path):
     for name, data in first.items():
         assert (tmp_path / "out" / name).read_bytes() == data, name
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["num_processes"] == 2
+    assert results["num_processes"] == 2 and results["device"] == "cpu"
     cache = tmp_path / "hf" / "xlnet_lite"  # one tokenizer and one store for both ranks and both runs
     assert len(list(cache.glob("tokenizer-*"))) == 1 and len(list(cache.glob("store-*"))) == 1
     assert "tokenizing the corpus" not in result.stdout, "the second run tokenized the corpus again"

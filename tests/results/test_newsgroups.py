@@ -3,6 +3,7 @@ that never holds a validation or test message, the few-label subsets, and the ma
 
 import importlib.metadata
 import json
+import os
 import random
 import subprocess
 import sys
@@ -109,10 +110,14 @@ def test_the_comparison_script_and_the_main_job_refuse_bad_input_in_one_line(tmp
     )
     assert missing.returncode != 0 and "run scripts/main_job.sh first" in missing.stderr
     assert "Traceback" not in missing.stderr
-    bad = subprocess.run(
-        ["bash", str(repo / "scripts" / "main_job.sh"), "--max_steps", "3"], capture_output=True, text=True
-    )
-    assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr
+    for args in (["--max_steps", "3"], ["--cpu", "--max_steps", "3"]):
+        bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh"), *args], capture_output=True, text=True)
+        assert bad.returncode == 2 and "unknown argument --max_steps" in bad.stderr
+    for threads in ("0", "two"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads}
+        bad = subprocess.run(["bash", str(repo / "scripts" / "main_job.sh")], capture_output=True, text=True, env=env)
+        assert bad.returncode == 2 and f"OMP_NUM_THREADS must be a whole number of threads, got {threads}" in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
     for steps in (
         ["--pretraining_steps", "ten"],
         ["--pretraining_steps", "0"],
@@ -176,6 +181,10 @@ def test_the_comparison_table(tmp_path, capsys):
     compare.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain"), "--out", str(out)])
     printed = capsys.readouterr().out
     assert "a 10-minute budget, 2,100 steps, 4.3M tokens in 10.0 min (bf16)" in printed
+    results = json.loads((tmp_path / "pretrain" / "results.json").read_text())
+    (tmp_path / "pretrain" / "results.json").write_text(json.dumps({**results, "device": "NVIDIA H200"}))
+    compare.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain")])
+    assert "4.3M tokens in 10.0 min (bf16 on NVIDIA H200)" in capsys.readouterr().out  # a GPU's run says so
     assert "bash scripts/main_job.sh --pretraining_steps 2100 --overwrite_output_dir" in printed  # by steps
     (tmp_path / "pretrain" / "run_args.json").write_text(json.dumps({"lr_scheduler_type": "linear"}))
     compare.main([str(tmp_path / "newsgroups"), "--pretraining", str(tmp_path / "pretrain")])
@@ -545,3 +554,28 @@ def test_reference_random_arms_are_joined_by_tokenizer(tmp_path):
         for order in (references, references[::-1]):
             (point,) = load_points([lone], order)
             assert point["random_init"] == pytest.approx(expected), (documents, corpus_tokens, order)
+
+
+def test_the_main_job_runs_on_the_gpu_where_there_is_one(monkeypatch, capsys, tmp_path):
+    import torch
+
+    from main_job import launch
+
+    cpu = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1"]
+    cpu += ["--num_cpu_threads_per_process", "3", "--dynamo_backend", "no"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("xlnet_lite.precision.fast_bf16", lambda device: (False, "no bf16 units"))
+    assert launch.main(["--threads", "3", "--timed"]) == cpu
+    out, err = capsys.readouterr()
+    assert out.splitlines() == cpu and "the job runs in fp32" in err  # one argument a line, for mapfile
+    assert launch.main(["--threads", "3"]) == cpu and capsys.readouterr().err == ""  # steps by count: no note
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = launch.main(["--threads", "3", "--timed"])
+    assert gpu == ["accelerate", "launch", "--num_processes", "1", "--num_machines", "1", "--dynamo_backend", "no"]
+    assert capsys.readouterr().err == ""  # the note is the CPU's
+    assert launch.main(["--cpu", "--threads", "3", "--timed"]) == cpu  # --cpu keeps it there
+    # accelerate takes the GPU's arguments as they are (one process; here, without a GPU, on the CPU)
+    script = tmp_path / "where.py"
+    script.write_text("from accelerate import Accelerator\nprint('ran on', Accelerator().device.type)\n")
+    ran = subprocess.run([*gpu, str(script)], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and "ran on cpu" in ran.stdout, ran.stderr[-2000:]
