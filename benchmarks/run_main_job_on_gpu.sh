@@ -23,7 +23,8 @@ if ! command -v python >/dev/null; then  # main_job.sh calls `python`; some imag
     mkdir -p /tmp/python_shim && ln -sf "$(command -v python3)" /tmp/python_shim/python
     export PATH=/tmp/python_shim:$PATH
 fi
-python -c "import torch, transformers, accelerate; print(torch.cuda.get_device_name(), '| torch', torch.__version__,
+python -c "import torch, transformers, accelerate; print(torch.cuda.get_device_name() if torch.cuda.is_available()
+else 'no GPU: the job runs on the CPU', '| torch', torch.__version__,
 'cuda', torch.version.cuda, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)" \
     2>&1 | tee "$OUT/environment.txt"
 start=$(date +%s)
