@@ -358,13 +358,13 @@ def step_cost(args) -> dict:
 
 
 def bert_shape(output_dir: str) -> dict:
-    """The XLNet arms' size, rows and batch, which the BERT arms take (the recipe's defaults: `small`, 16 x 128)."""
-    shape = recipe_flags("bert", output_dir)
-    return dict(
-        model_size=_flag(shape, "--model_size", "small"),
-        seq_len=_flag(shape, "--seq_len", 128),
-        batch_size=_flag(shape, "--per_device_train_batch_size", 16),
-    )
+    """The XLNet arms' size, rows and batch as their recipe parses them (its defaults: `small`, 16 x 128), which the
+    BERT arms take."""
+    from pretrain.run_pretraining import PretrainingArguments
+    from xlnet_lite import training
+
+    run = training.parse_args(PretrainingArguments, recipe_flags("plm", output_dir))
+    return dict(model_size=run.model_size, seq_len=run.seq_len, batch_size=run.per_device_train_batch_size)
 
 
 def main_job_text():

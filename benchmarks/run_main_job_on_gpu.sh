@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main job on a GPU machine lent for a few minutes, in one command: `bash scripts/main_job.sh --pretraining_steps
-# STEPS` (its recipes run on the GPU where torch sees one, bf16 by their --mixed_precision auto), by count so that it
-# fits a call and compares with the CPU at the same steps (default 3,060: the README's 10-minute run on EPYC-Zen5,
-# 0.667 pretrained, 0.477 random init, TF-IDF 0.688); DEADLINE seconds at most (default 540). Results in $OUT
+# The main job on a GPU machine available for a few minutes, in one command: `bash scripts/main_job.sh
+# --pretraining_steps STEPS` (its recipes run on the GPU where torch sees one, bf16 by their --mixed_precision auto), by
+# count so that it fits a call and compares with the CPU at the same steps (default 3,060: the README's 10-minute run on
+# EPYC-Zen5, 0.667 pretrained, 0.477 random init, TF-IDF 0.688); DEADLINE seconds at most (default 540). Results in $OUT
 # (default gpu_out/): environment.txt, main_job.log (the job's output and its wall time), comparison.json, and the
 # pretraining's results.json and metrics.jsonl as pretrain_results.json and pretrain_metrics.jsonl.
 #
@@ -27,6 +27,7 @@ python -c "import torch, transformers, accelerate; print(torch.cuda.get_device_n
 else 'no GPU: the job runs on the CPU', '| torch', torch.__version__,
 'cuda', torch.version.cuda, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)" \
     2>&1 | tee "$OUT/environment.txt"
+rm -f outputs/comparison.json outputs/pretrain/results.json outputs/pretrain/metrics.jsonl  # none of an earlier run's
 start=$(date +%s)
 timeout "$DEADLINE" bash scripts/main_job.sh --pretraining_steps "$STEPS" --overwrite_output_dir 2>&1 \
     | tee "$OUT/main_job.log"

@@ -1,6 +1,6 @@
 """Where scripts/main_job.sh runs its recipes: one process on the GPU where torch sees one, else on the CPU with
-`--threads` threads. Prints the `accelerate launch` prefix, one argument a line; on a CPU without AMX or
-AVX512-BF16 it also prints, on stderr, what the job's timed budget buys there.
+`--threads` threads. Prints the `accelerate launch` prefix on one line (no argument holds a space); on a CPU without
+AMX or AVX512-BF16 it also prints, on stderr, what the job's timed budget buys there.
 
     python -m main_job.launch [--cpu] [--threads 2] [--timed]
 
@@ -47,7 +47,7 @@ def main(argv=None) -> list[str]:
     if not gpu and args.timed and not fast_bf16("cpu")[0]:
         print(SLOW_CPU_NOTE, file=sys.stderr)
     prefix = launch_prefix(gpu=gpu, threads=args.threads)
-    print("\n".join(prefix))
+    print(" ".join(prefix))
     return prefix
 
 

@@ -18,13 +18,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OVERWRITE=""
-FORCE_CPU=()
+FORCE_CPU=""
 TIMED_BUDGET="--max_train_minutes 10"
 PRETRAINING_BUDGET="$TIMED_BUDGET"
 while [ $# -gt 0 ]; do
   case "$1" in
     --overwrite_output_dir) OVERWRITE="--overwrite_output_dir"; shift ;;
-    --cpu) FORCE_CPU=(--cpu); shift ;;
+    --cpu) FORCE_CPU="--cpu"; shift ;;
     --pretraining_steps)
       # at least the recipe's 100 warmup steps
       if [ $# -lt 2 ] || ! [[ "$2" =~ ^[1-9][0-9]*$ ]] || [ "$2" -lt 100 ]; then
@@ -42,10 +42,14 @@ if ! [[ "$OMP_NUM_THREADS" =~ ^[1-9][0-9]*$ ]]; then
   echo "main_job.sh: error: OMP_NUM_THREADS must be a whole number of threads, got $OMP_NUM_THREADS" >&2
   exit 2
 fi
-TIMED=()
-[ "$PRETRAINING_BUDGET" = "$TIMED_BUDGET" ] && TIMED=(--timed)  # a CPU without bf16 units gets a note on what it buys
-LAUNCH_ARGS=$(python -m main_job.launch "${FORCE_CPU[@]}" --threads "$OMP_NUM_THREADS" "${TIMED[@]}")
-mapfile -t LAUNCH <<< "$LAUNCH_ARGS"  # accelerate launch ... on the GPU, or on the CPU with the threads
+TIMED=""
+[ "$PRETRAINING_BUDGET" = "$TIMED_BUDGET" ] && TIMED="--timed"  # a CPU without bf16 units gets a note on what it buys
+LAUNCH_LINE=$(python -m main_job.launch $FORCE_CPU --threads "$OMP_NUM_THREADS" $TIMED)
+read -r -a LAUNCH <<< "$LAUNCH_LINE"  # accelerate launch ... on the GPU, or on the CPU with the threads
+if [ "${LAUNCH[0]:-}" != accelerate ]; then
+  echo "main_job.sh: error: python -m main_job.launch printed no accelerate command: $LAUNCH_LINE" >&2
+  exit 1
+fi
 LABELS_PER_CLASS=50
 FINETUNE=(finetune/run_glue.py --embedded_task newsgroups --max_train_samples_per_class "$LABELS_PER_CLASS"
           --num_train_epochs 8 --eval_strategy no --checkpointing_steps 0 $OVERWRITE)

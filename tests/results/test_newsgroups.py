@@ -567,7 +567,7 @@ def test_the_main_job_runs_on_the_gpu_where_there_is_one(monkeypatch, capsys, tm
     monkeypatch.setattr("xlnet_lite.precision.fast_bf16", lambda device: (False, "no bf16 units"))
     assert launch.main(["--threads", "3", "--timed"]) == cpu
     out, err = capsys.readouterr()
-    assert out.splitlines() == cpu and "the job runs in fp32" in err  # one argument a line, for mapfile
+    assert out == " ".join(cpu) + "\n" and "the job runs in fp32" in err  # one line, for main_job.sh's read -a
     assert launch.main(["--threads", "3"]) == cpu and capsys.readouterr().err == ""  # steps by count: no note
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     gpu = launch.main(["--threads", "3", "--timed"])
@@ -577,5 +577,26 @@ def test_the_main_job_runs_on_the_gpu_where_there_is_one(monkeypatch, capsys, tm
     # accelerate takes the GPU's arguments as they are (one process; here, without a GPU, on the CPU)
     script = tmp_path / "where.py"
     script.write_text("from accelerate import Accelerator\nprint('ran on', Accelerator().device.type)\n")
-    ran = subprocess.run([*gpu, str(script)], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # where a GPU is, hidden
+    ran = subprocess.run([*gpu, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert ran.returncode == 0 and "ran on cpu" in ran.stdout, ran.stderr[-2000:]
+
+
+def test_the_main_job_launches_its_recipes_as_main_job_launch_says(tmp_path):
+    """scripts/main_job.sh's first recipe launch, through an `accelerate` that records its arguments and fails (so
+    nothing runs): the CPU's command as it always was, with the threads, --cpu and the budget passed on."""
+    repo = Path(__file__).resolve().parents[2]
+    stub = tmp_path / "bin" / "accelerate"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/usr/bin/env bash\necho "$*" >> {tmp_path / "launched"}\nexit 1\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "3"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU's command, on any machine
+    cpu = "launch --cpu --num_processes 1 --num_machines 1 --num_cpu_threads_per_process 3 --dynamo_backend no"
+    for args, budget in (([], "--max_train_minutes 10"), (["--cpu", "--pretraining_steps", "200"], "--max_steps 200")):
+        ran = subprocess.run(
+            ["bash", str(repo / "scripts" / "main_job.sh"), *args], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert ran.returncode == 1, ran.stderr[-2000:]  # the stub's failure stops the job at its first launch
+        launched = (tmp_path / "launched").read_text().splitlines()[-1]
+        assert launched == f"{cpu} pretrain/run_pretraining.py --embedded_corpus newsgroups {budget}"

@@ -375,8 +375,7 @@ def test_step_cost_times_each_objective_in_the_machines_precision_into_the_file_
     assert result["mixed_precision"] == "bf16" and sorted(result["steps"]["10"]) == ["bert", "clm", "mlm", "plm"]
     assert result["steps"]["10"]["plm"] == objectives.MAIN_JOB_STEPS[10]
     assert result["scored_tokens_per_step"]["clm"] > result["scored_tokens_per_step"]["plm"] > 0
-    # BERT at the XLNet arms' size, rows and batch (here the tests' tiny ones; the recipe's defaults in the benchmark)
-    assert (
-        result["batch"].startswith("4 x 32 tokens, memory 24 (BERT: none), tiny preset")
-        and result["tokens_per_step"] == 128
-    )
+    # BERT at the XLNet arms' size, rows and batch (here the tests' tiny ones; the recipe's defaults in the benchmark):
+    # a step of the same order of FLOPs as the permutation LM's (a `small` BERT's would be ~100x the tiny model's)
+    assert result["batch"].startswith("4 x 32 tokens, memory 24 (BERT: none), tiny preset")
+    assert result["tokens_per_step"] == 128 and 0.2 < result["relative_flops"]["bert"] < 5
