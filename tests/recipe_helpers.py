@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import prewarmed
 import pytest
 
 from finetune import run_glue
@@ -149,11 +150,10 @@ def run(tmp_path, model, *extra, epochs=2):
 
 
 def cli(script, *args, env=None, cwd=None, timeout=300):
-    """A recipe as a command, in a subprocess."""
+    """A recipe as a command, `python script args`, in a process of its own (forked from a warm one where the
+    environment allows: tests/prewarmed.py)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, script, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
-    )
+    return prewarmed.run([sys.executable, script, *args], env=env, cwd=cwd, timeout=timeout)
 
 
 def run_recording_python3(script, cwd, **env):

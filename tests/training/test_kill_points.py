@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import prewarmed
 import pytest
 from recipe_helpers import FINETUNE, PRETRAIN, sentiment_rows, write_rows
 from safetensors.torch import load_file
@@ -45,9 +46,7 @@ def launch(script, args, *, crash_at=None):
     env.pop("XLNET_LITE_CRASH_AT", None)
     if crash_at:
         env["XLNET_LITE_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, script, *map(str, args)], env=env, capture_output=True, text=True, timeout=600
-    )
+    return prewarmed.run([sys.executable, script, *args], env=env, timeout=600)
 
 
 def history(out):
