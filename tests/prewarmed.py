@@ -21,6 +21,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,12 +36,83 @@ STARTUP_S = 300  # the server's imports, on a loaded 2-core machine
 def run(argv, *, env=None, cwd=None, timeout=600) -> subprocess.CompletedProcess:
     """`subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)` for argv =
     [python, script, *args], the script run in a child of a warm server where one serves `env`."""
+    process = start(argv, env=env, cwd=cwd)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise subprocess.TimeoutExpired(process.args, timeout, out, err) from None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def start(argv, *, env=None, cwd=None):
+    """`subprocess.Popen(argv, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)` for argv = [python,
+    script, *args], as much of it as the tests use (pid, poll, wait, communicate, send_signal, kill, returncode): the
+    script in a child of a warm server where one serves `env`, else in a plain subprocess. Its outputs go to files,
+    so a command that writes much while the test waits on it cannot fill a pipe."""
     argv = [str(a) for a in argv]
     env = dict(os.environ if env is None else env)
     server = _server_for(env) if len(argv) >= 2 and argv[0] == sys.executable and argv[1].endswith(".py") else None
-    if server is None:
-        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    return server.run(argv, env, cwd, timeout)
+    return Command(argv, env, cwd, server)
+
+
+class Command:
+    """A running command. One at a time per server: a second start() waits for the end of the one before."""
+
+    def __init__(self, argv, env, cwd, server):
+        self.args, self.server, self.returncode, self.popen = argv, server, None, None
+        self.folder = tempfile.TemporaryDirectory(prefix="prewarmed_")
+        self.out, self.err = Path(self.folder.name, "stdout"), Path(self.folder.name, "stderr")
+        if server is None:
+            with open(self.out, "w") as out, open(self.err, "w") as err:
+                self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            self.pid = self.popen.pid
+            return
+        server.idle()
+        request = dict(argv=argv, env=env, cwd=str(cwd or os.getcwd()), stdout=str(self.out), stderr=str(self.err))
+        server.process.stdin.write(json.dumps(request).encode() + b"\n")
+        server.process.stdin.flush()
+        started = server.reply(time.monotonic() + STARTUP_S)
+        if started is None:
+            raise RuntimeError(f"the command server did not start a command in {STARTUP_S} s")
+        self.pid = started["pid"]
+        server.running = self
+
+    def poll(self):
+        return self.wait(timeout=0, expired=None)
+
+    def wait(self, timeout=None, expired=subprocess.TimeoutExpired):
+        """The exit status (negative: the signal), or None from poll() while it runs."""
+        if self.returncode is not None:
+            return self.returncode
+        if self.popen is not None:
+            try:
+                self.returncode = self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                if expired is None:
+                    return None
+                raise
+            return self.returncode
+        ended = self.server.reply(time.monotonic() + (1e9 if timeout is None else timeout))
+        if ended is None:
+            if expired is None:
+                return None
+            raise expired(self.args, timeout)
+        self.returncode, self.server.running = ended["returncode"], None
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        """(stdout, stderr) once it has ended."""
+        self.wait(timeout)
+        return self.out.read_text(), self.err.read_text()
+
+    def send_signal(self, sig):
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
 
 
 def _key(env):
@@ -70,8 +142,13 @@ class _Server:
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )
-        self.pending = b""
+        self.pending, self.running = b"", None
         atexit.register(self.close)
+
+    def idle(self):
+        """Waits for the command running, if one is."""
+        if self.running is not None:
+            self.running.wait()
 
     def close(self):
         if self.process.poll() is None:
@@ -86,7 +163,7 @@ class _Server:
         fd = self.process.stdout.fileno()
         while b"\n" not in self.pending:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if not select.select([fd], [], [], max(left, 0))[0]:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -94,22 +171,6 @@ class _Server:
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)
-
-    def run(self, argv, env, cwd, timeout):
-        with tempfile.TemporaryDirectory(prefix="prewarmed_") as folder:
-            out, err = Path(folder, "stdout"), Path(folder, "stderr")
-            request = dict(argv=argv, env=env, cwd=str(cwd or os.getcwd()), stdout=str(out), stderr=str(err))
-            self.process.stdin.write(json.dumps(request).encode() + b"\n")
-            self.process.stdin.flush()
-            started = self.reply(time.monotonic() + STARTUP_S)
-            if started is None:
-                raise RuntimeError(f"the command server did not start a command in {STARTUP_S} s")
-            ended = self.reply(time.monotonic() + timeout)
-            if ended is None:
-                os.kill(started["pid"], 9)
-                self.reply(time.monotonic() + 60)
-                raise subprocess.TimeoutExpired(argv, timeout, out.read_text(), err.read_text())
-            return subprocess.CompletedProcess(argv, ended["returncode"], out.read_text(), err.read_text())
 
 
 # ----------------------------------------------------------------------------------------------------------------

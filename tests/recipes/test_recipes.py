@@ -10,6 +10,7 @@ import sys
 import time
 from types import SimpleNamespace
 
+import prewarmed
 import pytest
 import torch
 from fake_hub import FakeHub
@@ -203,13 +204,7 @@ def test_finetuning_sigterm_saves_a_checkpoint_and_resumes_to_the_end(tmp_path, 
         "0",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, FINETUNE, *map(str, args)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = prewarmed.start([sys.executable, FINETUNE, *args], env=env)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 240
     while (
@@ -219,7 +214,7 @@ def test_finetuning_sigterm_saves_a_checkpoint_and_resumes_to_the_end(tmp_path, 
     ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
+    assert proc.wait(timeout=120) == 0, proc.communicate()[1][-3000:]
     checkpoints = sorted((out / "checkpoints").glob("step_*"))
     assert len(checkpoints) == 1 and not (out / "all_results.json").exists()
     step = json.loads((checkpoints[0] / "trainer_state.json").read_text())["step"]

@@ -5,10 +5,10 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 
+import prewarmed
 import pytest
 from model_helpers import nan_at_training_forward
 from recipe_helpers import PRETRAIN as SCRIPT
@@ -21,9 +21,7 @@ pytestmark = pytest.mark.recipes  # runs the recipes end to end
 
 
 def launch(args, env):
-    return subprocess.Popen(
-        [sys.executable, SCRIPT, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    return prewarmed.start([sys.executable, SCRIPT, *args], env=env)
 
 
 def lines_in(path):
@@ -49,14 +47,14 @@ def run_args(corpus, out, steps=16):
 
 @pytest.fixture
 def env(tmp_path):
-    return {**os.environ, "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "XLNET_LITE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_matches_uninterrupted(corpus, tmp_path, env):
     straight = tmp_path / "straight"
     proc = launch(run_args(corpus, straight), env)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+    assert proc.wait(timeout=600) == 0, proc.communicate()[1][-3000:]
 
     out = tmp_path / "killed"
     rng = random.Random(1234)
@@ -73,7 +71,7 @@ def test_sigkill_at_random_moments_then_resume_matches_uninterrupted(corpus, tmp
         proc.wait(timeout=60)
     assert kills >= 2
     proc = launch(run_args(corpus, out), env)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+    assert proc.wait(timeout=600) == 0, proc.communicate()[1][-3000:]
 
     assert_same_losses(read_metrics(straight), read_metrics(out))
     wa, wb = load_file(str(straight / "model.safetensors")), load_file(str(out / "model.safetensors"))
@@ -91,7 +89,7 @@ def test_sigterm_saves_a_checkpoint_and_exits(corpus, tmp_path, env):
     proc = launch(args, env)
     assert wait_for_lines(proc, out / "metrics.jsonl", 3)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
+    assert proc.wait(timeout=120) == 0, proc.communicate()[1][-3000:]
     checkpoints = sorted((out / "checkpoints").glob("step_*"))
     assert len(checkpoints) == 1
     step = int(checkpoints[0].name[5:])
