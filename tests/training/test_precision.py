@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import prewarmed
 import pytest
 import torch
 
@@ -133,7 +134,7 @@ def pretrain(corpus, out, *, launcher=None, fake_units=None):
         cmd = [sys.executable, "pretrain/run_pretraining.py", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("ACCELERATE_MIXED_PRECISION", None)
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = prewarmed.run(cmd, cwd=REPO, env=env, timeout=600)  # accelerate's command in a subprocess
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, json.loads(Path(out, "results.json").read_text())
 
