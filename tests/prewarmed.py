@@ -66,7 +66,8 @@ def _servable(argv):
 
 
 class Command:
-    """A running command. One at a time per server: a second start() waits for the end of the one before."""
+    """A running command: a server's child, or a plain subprocess where no server is free (one command at a time
+    each: a command started while another runs beside it gets a subprocess)."""
 
     def __init__(self, argv, env, cwd, server):
         self.args, self.server, self.returncode, self.popen = argv, server, None, None
@@ -79,7 +80,6 @@ class Command:
                 self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
             self.pid = self.popen.pid
             return
-        server.idle()
         request = dict(argv=argv, env=env, cwd=str(cwd or os.getcwd()), stdout=str(self.out), stderr=str(self.err))
         server.process.stdin.write(json.dumps(request).encode() + b"\n")
         server.process.stdin.flush()
@@ -144,6 +144,8 @@ def _server_for(env):
     if server.process.poll() is not None:  # it died: the next command starts another
         del _servers[key]
         return None
+    if server.running is not None and server.running.poll() is None:  # busy: this one runs beside it
+        return None
     return server
 
 
@@ -154,11 +156,6 @@ class _Server:
         )
         self.pending, self.running = b"", None
         atexit.register(self.close)
-
-    def idle(self):
-        """Waits for the command running, if one is."""
-        if self.running is not None:
-            self.running.wait()
 
     def close(self):
         if self.process.poll() is None:

@@ -1,6 +1,6 @@
 """tests/prewarmed.py runs a command as `python script args` would: its environment, working directory, argv,
-outputs, exit status (SystemExit, a traceback, a signal), threads and atexit; fresh code under test; and a server
-only for an environment it has seen before."""
+outputs, exit status (SystemExit, a traceback, a signal), threads and atexit; fresh code under test; a server only
+for an environment it has seen before, and a subprocess beside a command the server is running."""
 
 import os
 import signal
@@ -66,9 +66,12 @@ def test_a_command_runs_as_python_script_args_would(tmp_path):
     while "sleeping" not in command.out.read_text():
         assert command.poll() is None
         time.sleep(0.05)
+    beside = run("plain")  # the server is busy: a subprocess, not a wait
+    assert beside.returncode == 0 and f"server {os.getpid()}" in beside.stdout
     command.send_signal(signal.SIGKILL)
     assert command.wait(timeout=60) == -signal.SIGKILL
-    assert run("plain").returncode == 0  # the server goes on
+    after = run("plain")  # the server goes on
+    assert after.returncode == 0 and f"server {os.getpid()}" not in after.stdout
 
 
 def test_code_and_modules_run_as_python_c_and_python_m_would(tmp_path):
