@@ -51,8 +51,8 @@ def run(argv, *, env=None, cwd=None, timeout=600) -> subprocess.CompletedProcess
 def start(argv, *, env=None, cwd=None):
     """`subprocess.Popen(argv, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)` for a Python command, as
     much of it as the tests use (pid, poll, wait, communicate, send_signal, kill, returncode): in a child of a warm
-    server where one serves `env`, else in a plain subprocess. Its outputs go to files,
-    so a command that writes much while the test waits on it cannot fill a pipe."""
+    server where one serves `env`, else in a plain subprocess. Its outputs go to files, so a command that writes
+    much while the test waits on it cannot fill a pipe."""
     argv = [str(a) for a in argv]
     env = dict(os.environ if env is None else env)
     return Command(argv, env, cwd, _server_for(env) if _servable(argv) else None)
@@ -249,9 +249,11 @@ def _child(request):
             traceback.print_exc()
             code = 1
         threading._shutdown()  # as the interpreter ends: non-daemon threads, then atexit
-        import atexit as exits
+        atexit._run_exitfuncs()
+    except BaseException:  # in setting the command up: said where the command's stderr is, or the server's
+        import traceback
 
-        exits._run_exitfuncs()
+        traceback.print_exc()
     finally:
         try:
             sys.stdout.flush()
