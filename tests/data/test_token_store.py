@@ -268,7 +268,8 @@ def build_script(tmp_path, name):
 def test_a_kill_while_the_store_is_written_leaves_nothing_a_later_run_trusts(tmp_path):
     script = build_script(tmp_path, "first")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = prewarmed.run([sys.executable, "-c", script], env={**env, "XLNET_LITE_CRASH_AT": "token_store_chunk@3"})
+    crash = {**env, "XLNET_LITE_CRASH_AT": "token_store_chunk@3"}
+    killed = prewarmed.run([sys.executable, "-c", script], env=crash, timeout=300)
     assert killed.returncode == -9, killed.stderr[-2000:]
     cache = tmp_path / "cache"
     assert not (cache / "store-x").exists() and list(cache.glob(".store-x.tmp-*")), "no partial store beside the path"
