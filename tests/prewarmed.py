@@ -21,12 +21,16 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import runpy
 import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
+import types
 from pathlib import Path
 
 RUNTIME_PREFIXES = ("XLNET_LITE_", "PYTEST_")  # read when the code under test runs, not as the libraries import
@@ -90,26 +94,21 @@ class Command:
         server.running = self
 
     def poll(self):
-        return self.wait(timeout=0, expired=None)
+        """The exit status, or None while it runs."""
+        try:
+            return self.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            return None
 
-    def wait(self, timeout=None, expired=subprocess.TimeoutExpired):
-        """The exit status (negative: the signal), or None from poll() while it runs."""
-        if self.returncode is not None:
-            return self.returncode
-        if self.popen is not None:
-            try:
-                self.returncode = self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                if expired is None:
-                    return None
-                raise
-            return self.returncode
-        ended = self.server.reply(time.monotonic() + (1e9 if timeout is None else timeout))
-        if ended is None:
-            if expired is None:
-                return None
-            raise expired(self.args, timeout)
-        self.returncode, self.server.running = ended["returncode"], None
+    def wait(self, timeout=None):
+        """The exit status (negative: the signal); subprocess.TimeoutExpired if it runs past `timeout` seconds."""
+        if self.returncode is None and self.popen is not None:
+            self.returncode = self.popen.wait(timeout)
+        elif self.returncode is None:
+            ended = self.server.reply(time.monotonic() + (1e9 if timeout is None else timeout))
+            if ended is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode, self.server.running = ended["returncode"], None
         return self.returncode
 
     def communicate(self, timeout=None):
@@ -213,11 +212,6 @@ def _child(request):
     """Runs the command in this forked process and exits with its status; never returns."""
     code = 1
     try:
-        import runpy
-        import threading
-        import traceback
-        import types
-
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -251,8 +245,6 @@ def _child(request):
         threading._shutdown()  # as the interpreter ends: non-daemon threads, then atexit
         atexit._run_exitfuncs()
     except BaseException:  # in setting the command up: said where the command's stderr is, or the server's
-        import traceback
-
         traceback.print_exc()
     finally:
         try:
