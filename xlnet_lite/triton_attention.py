@@ -27,6 +27,7 @@ the first use: slow, for checking them).
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -78,11 +79,13 @@ def _tile_scores(
     R,
     D,
     qlen,
+    diag,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BAND: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    RANKED: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
@@ -104,8 +107,7 @@ def _tile_scores(
         s += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
     visible = (offs_n < K)[None, :] & (offs_m < Q)[:, None]
     if HAS_MASK:
-        blk = BLK + b * sbk_b + offs_m[:, None] * sbk_m + offs_n[None, :] * sbk_j
-        visible &= tl.load(blk, mask=visible, other=1) == 0
+        visible &= _unmasked(BLK, b, offs_m[:, None], offs_n[None, :], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED)
     return tl.where(visible, s, float("-inf")), krt
 
 
@@ -130,6 +132,20 @@ def _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_o
     lse = tl.load(LSE + bn * Q + offs_m, mask=offs_m < Q, other=float("inf"))
     delta = tl.load(DELTA + bn * Q + offs_m, mask=offs_m < Q, other=0.0)
     return do, lse, delta
+
+
+@triton.jit
+def _unmasked(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED: tl.constexpr):
+    """Where the mask lets a row see a key (rows (BLOCK_M, 1), keys broadcasting against them; read only where ok).
+    Dense: BLK (B or 1, Q, K) uint8, 1 = blocked. RANKED: BLK (B or 1, Q + K) int32, the rows' ranks then the keys':
+    a key is blocked where its rank is at most the row's, except key row + diag (the content stream's own position;
+    diag < -Q for none). Two vectors a tile instead of a (BLOCK_M, BLOCK_N) block of the mask."""
+    if RANKED:
+        base = BLK + b * sbk_b
+        row_rank = tl.load(base + rows, mask=rows < Q, other=0)
+        key_rank = tl.load(base + Q + keys, mask=(keys >= 0) & (keys < K), other=0)
+        return (key_rank > row_rank) | (keys == rows + diag)
+    return tl.load(BLK + b * sbk_b + rows * sbk_m + keys * sbk_j, mask=ok, other=1) == 0
 
 
 @triton.jit
@@ -194,6 +210,7 @@ def _attn_fwd(
     R,
     D,
     qlen,
+    diag,
     DROP_P,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -201,6 +218,7 @@ def _attn_fwd(
     BAND: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    RANKED: tl.constexpr,
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
 ):
@@ -252,11 +270,13 @@ def _attn_fwd(
             R,
             D,
             qlen,
+            diag,
             BLOCK_M,
             BLOCK_N,
             BAND,
             HAS_SEG,
             HAS_MASK,
+            RANKED,
             PREC,
         )
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -329,6 +349,7 @@ def _attn_bwd_dkdv(
     R,
     D,
     qlen,
+    diag,
     DROP_P,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -336,6 +357,7 @@ def _attn_bwd_dkdv(
     BAND: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    RANKED: tl.constexpr,
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
 ):
@@ -389,11 +411,13 @@ def _attn_bwd_dkdv(
             R,
             D,
             qlen,
+            diag,
             BLOCK_M,
             BLOCK_N,
             BAND,
             HAS_SEG,
             HAS_MASK,
+            RANKED,
             PREC,
         )
         p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
@@ -463,6 +487,7 @@ def _attn_bwd_dq(
     R,
     D,
     qlen,
+    diag,
     DROP_P,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -470,6 +495,7 @@ def _attn_bwd_dq(
     BAND: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    RANKED: tl.constexpr,
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
 ):
@@ -529,11 +555,13 @@ def _attn_bwd_dq(
             R,
             D,
             qlen,
+            diag,
             BLOCK_M,
             BLOCK_N,
             BAND,
             HAS_SEG,
             HAS_MASK,
+            RANKED,
             PREC,
         )
         p = tl.exp(s - lse[:, None])
@@ -604,12 +632,14 @@ def _attn_bwd_dkr(
     R,
     D,
     qlen,
+    diag,
     DROP_P,
     kr_rows,
     BLOCK: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    RANKED: tl.constexpr,
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
 ):
@@ -654,7 +684,7 @@ def _attn_bwd_dkr(
                 seg_k = tl.load(SEGK + b * ssk_b + key, mask=visible, other=-1)
                 s += tl.where(seg_q[:, None] == seg_k, gain[:, None], 0.0)
             if HAS_MASK:
-                visible &= tl.load(BLK + b * sbk_b + offs_m[:, None] * sbk_m + key * sbk_j, mask=visible, other=1) == 0
+                visible &= _unmasked(BLK, b, offs_m[:, None], key, visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED)
             p = tl.exp(tl.where(visible, s, float("-inf")) - lse[:, None])
             dp = tl.gather(tl.dot(do, vt, input_precision=PREC), slab_of, 1)
             if HAS_DROPOUT:
@@ -664,6 +694,39 @@ def _attn_bwd_dkr(
     tl.store(
         DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr, mask=(offs_r[:, None] < R) & (offs_d[None, :] < D)
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The mask as ranks
+
+NO_DIAGONAL = -(2**30)  # MaskRanks.diagonal when no key is re-opened
+
+
+class MaskRanks(NamedTuple):
+    """A mask of the form blocked[i, j] = key_rank[j] <= row_rank[i], except key i + diagonal (the content stream's
+    own position, which it always sees; NO_DIAGONAL for none): ranks (B or 1, Q + K) int32, the Q rows' ranks then
+    the K keys'. XLNet's factorization masks have this form (a key is hidden from the rows that come no later in the
+    factorization order), and so do padding and memory added to them."""
+
+    ranks: torch.Tensor
+    diagonal: int = NO_DIAGONAL
+
+
+def mask_ranks(blocked):
+    """blocked (B or 1, Q, K) bool as row and key ranks (B or 1, Q + K) int32 such that blocked[i, j] exactly when
+    key_rank[j] <= row_rank[i], or None where no such ranks exist. They exist when each row's blocked keys contain
+    or are contained in every other row's (the rows nested, as a factorization order's are): then row i blocks the
+    row_rank[i] = (keys it blocks) keys that most rows block, and key_rank[j] counts the keys blocked by at least as
+    many rows as j. The ranks are checked against the mask, so any mask gets either exact ranks or None."""
+    blocked = blocked.bool()
+    K = blocked.shape[-1]
+    row_rank = blocked.sum(-1, dtype=torch.int32)  # (B, Q)
+    rows_blocking = blocked.sum(-2, dtype=torch.int32)  # (B, K)
+    ascending = rows_blocking.sort(-1).values
+    key_rank = K - torch.searchsorted(ascending, rows_blocking, side="left").to(torch.int32)  # (B, K)
+    if not torch.equal(key_rank[:, None, :] <= row_rank[:, :, None], blocked):
+        return None
+    return MaskRanks(torch.cat([row_rank, key_rank], dim=-1))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -702,26 +765,27 @@ def _blocks(device, d, dtype):
 # (fullgraph), placing the launches in its graph, and fuses the work around them.
 _FORWARD_SCHEMA = (
     "(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
-    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen) -> (Tensor, Tensor)"
+    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen, int mask_diagonal) -> (Tensor, Tensor)"
 )
 _BACKWARD_SCHEMA = (
     "(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
     "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, "
-    "Tensor lse, int qlen) -> "
+    "Tensor lse, int qlen, int mask_diagonal) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
-def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen):
+def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal):
     """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
     (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) or all three
-    None; blocked (B or 1, Q, K) bool or None; seed (1,) int64, the dropout's, or None with dropout_p 0. Returns out
-    (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
+    None; blocked (B or 1, Q, K) bool, or the mask as ranks (B or 1, Q + K) int32 with mask_diagonal (MaskRanks), or
+    None; seed (1,) int64, the dropout's, or None with dropout_p 0. Returns out (B, Q, N, D) and the rows'
+    log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
     _check_layout(qw, qr, k, v, kr, gain, blocked)
     out, lse = _forward_outputs(qw)
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     block, block_d, launch, _ = _blocks(qw.device, D, qw.dtype)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
         *args.pointers,
@@ -735,6 +799,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
         args.R,
         D,
         qlen,
+        args.diag,
         dropout_p,
         BLOCK_M=block,
         BLOCK_N=block,
@@ -752,13 +817,13 @@ def _forward_outputs(qw, *args):
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, out, lse, qlen):
+def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, out, lse, qlen, mask_diagonal):
     """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
     K = k.shape[2]
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     block, block_d, launch, dkr_launch = _blocks(qw.device, D, qw.dtype)
     common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
@@ -777,6 +842,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         args.R,
         D,
         qlen,
+        args.diag,
         dropout_p,
         **common,
     )
@@ -797,6 +863,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         args.R,
         D,
         qlen,
+        args.diag,
         dropout_p,
         **common,
     )
@@ -823,11 +890,12 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             args.R,
             D,
             qlen,
+            args.diag,
             dropout_p,
             kr.shape[0],
             BLOCK=block,
             BLOCK_D=block_d,
-            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "PREC", "HAS_DROPOUT")},
+            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "RANKED", "PREC", "HAS_DROPOUT")},
             **dkr_launch,
         )
     return dqw, dqr, dk, dv, dkr, dpos, dgain
@@ -849,15 +917,31 @@ def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
 
 
 def _setup_context(ctx, inputs, output):
-    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen = inputs
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal = inputs
     ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, *output)
-    ctx.dropout_p, ctx.qlen = dropout_p, qlen
+    ctx.dropout_p, ctx.qlen, ctx.mask_diagonal = dropout_p, qlen, mask_diagonal
 
 
 def _gradients(ctx, dout, _dlse):
     qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, out, lse = ctx.saved_tensors
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(
-        dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, ctx.dropout_p, out, lse, ctx.qlen
+        dout,
+        qw,
+        qr,
+        k,
+        v,
+        kr,
+        pos,
+        gain,
+        seg_q,
+        seg_k,
+        blocked,
+        seed,
+        ctx.dropout_p,
+        out,
+        lse,
+        ctx.qlen,
+        ctx.mask_diagonal,
     )
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
@@ -870,6 +954,7 @@ def _gradients(ctx, dout, _dlse):
         grad_kr,
         dpos if kr is None else None,
         dgain if gain is not None else None,
+        None,
         None,
         None,
         None,
@@ -898,20 +983,24 @@ class _Operands:
     """The pointers, strides and compile-time flags every kernel takes, absent operands replaced by a placeholder
     pointer with zero strides (never read: their flag is off)."""
 
-    def __init__(self, pointers, strides, R, flags):
-        self.pointers, self.strides, self.R, self.flags = pointers, strides, R, flags
+    def __init__(self, pointers, strides, R, diag, flags):
+        self.pointers, self.strides, self.R, self.diag, self.flags = pointers, strides, R, diag, flags
 
 
-def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p):
+def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal):
     band = kr is not None
     stub = qw
     kr_ = kr if band else stub.new_zeros(1, 1, 1, 1)
     pos_ = pos if not band else stub.new_zeros(1, 1, 1, 1)
     R = kr.shape[-1] if band else 1
     has_seg = gain is not None
-    blk = (
-        blocked.view(torch.uint8) if blocked is not None else torch.zeros(1, 1, 1, dtype=torch.uint8, device=qw.device)
-    )
+    ranked = blocked is not None and blocked.dtype == torch.int32
+    if blocked is None:
+        blk = torch.zeros(1, 1, 1, dtype=torch.uint8, device=qw.device)
+    elif ranked:
+        blk = blocked[:, None]  # (B or 1, 1, Q + K): the kernels read its batch stride only
+    else:
+        blk = blocked.view(torch.uint8)
     pointers = (
         qw,
         qr,
@@ -938,8 +1027,10 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
         *blk.stride()[1:],
     )
     prec = "ieee" if qw.dtype == torch.float32 else "tf32"
-    flags = dict(BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, PREC=prec, HAS_DROPOUT=dropout_p > 0)
-    return _Operands(pointers, strides, R, flags)
+    flags = dict(
+        BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, RANKED=ranked, PREC=prec, HAS_DROPOUT=dropout_p > 0
+    )
+    return _Operands(pointers, strides, R, mask_diagonal, flags)
 
 
 def _out_strides(out):
@@ -956,9 +1047,10 @@ def relative_attention(
     scaled) with kr (B or 1, N, D, R), the projected positional keys, for the banded term of the content stream
     (query i at position i), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled
     segment term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None);
-    blocked (B or 1, Q, K) bool; dropout_p: dropout on the probabilities (after the softmax, inverted), its mask drawn
-    by Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D); rows whose
-    keys are all blocked are 0.
+    blocked (B or 1, Q, K) bool, or the same mask as MaskRanks (mask_ranks: two vectors the kernels compare instead
+    of reading a block of the mask a tile); dropout_p: dropout on the probabilities (after the softmax, inverted), its
+    mask drawn by Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D);
+    rows whose keys are all blocked are 0.
     """
     if (kr is None) == (pos is None) or (kr is None) != (qr is None):
         raise ValueError("relative_attention takes the positional term as qr and kr (banded) or pos (dense)")
@@ -988,4 +1080,11 @@ def relative_attention(
                 f"stay under 2**31: B * N * Q * K = {B * N * Q * k.shape[2]}; use fewer rows or 'sdpa'"
             )
         seed = torch.randint(2**31 - 1, (1,), device=qw.device)
-    return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen)[0]
+    diagonal = NO_DIAGONAL
+    if isinstance(blocked, MaskRanks):
+        blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
+        if blocked.shape[-1] != Q + k.shape[2]:
+            raise ValueError(
+                f"relative_attention: MaskRanks has {blocked.shape[-1]} ranks, not Q + K = {Q + k.shape[2]}"
+            )
+    return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal)[0]
