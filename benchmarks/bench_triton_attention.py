@@ -30,20 +30,25 @@ from torch.nn.attention import SDPBackend
 from benchmarks import bench_gpu
 from benchmarks.environment import environment
 from xlnet_lite.collator import random_factorization_masks
-from xlnet_lite.modeling_xlnet_lite import positional_term
+from xlnet_lite.modeling_xlnet_lite import MaskRanks, mask_ranks, positional_term
 from xlnet_lite.training import write_json
 
 SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
 GRADS = ("qw", "qr", "k", "v", "kr", "gain")  # the inputs a step takes gradients of
 # the fused SDPA backends that take a bias (flash takes none); on CUDA a row each, the backend held
 SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-# (rows per tile, warps); 32 x 4 the bf16 default
-TILES = {"cuda": [(32, 8), (32, 4), (64, 8), (64, 4)], "cpu": [(16, 1)]}
+# (rows per tile, warps, the mask as ranks or as the (B, Q, K) block); 32 x 4 the bf16 default, ranks the model's
+# choice for factorization masks
+TILES = {
+    "cuda": [(32, 8, False), (32, 4, False), (64, 8, False), (64, 4, False), (32, 4, True), (32, 8, True)],
+    "cpu": [(16, 1, False), (16, 1, True)],
+}
 
 
 def make_inputs(shape, device, dtype, seed=0):
     """Queries (with u and with v, scaled), keys, values, positional keys shared by the batch, the segment gain and
-    ids, perm_mask over the current segment (the memory never blocked) and an output gradient."""
+    ids, perm_mask over the current segment (the memory never blocked) as the block and as MaskRanks, and an output
+    gradient."""
     B, N, Q, M, D = (shape[k] for k in "BNQMD")
     K, R = Q + M, 2 * Q + M
     gen = torch.Generator().manual_seed(seed)
@@ -53,6 +58,7 @@ def make_inputs(shape, device, dtype, seed=0):
 
     perm_mask, _ = random_factorization_masks(B, Q, shape["P"], seed=seed)
     blocked = torch.cat([torch.zeros(B, Q, M, dtype=torch.bool), perm_mask.bool()], dim=-1)  # (B, Q, K)
+    ranks = MaskRanks(mask_ranks(blocked).ranks.to(device), diagonal=M)  # as the model gives the kernels
     blocked[:, torch.arange(Q), M + torch.arange(Q)] = False  # the content stream sees its own token
     segments = torch.cat([torch.zeros(B, K // 2, dtype=torch.long), torch.ones(B, K - K // 2, dtype=torch.long)], 1)
     return dict(
@@ -65,6 +71,7 @@ def make_inputs(shape, device, dtype, seed=0):
         seg_q=segments[:, M:].to(device),
         seg_k=segments.to(device),
         blocked=blocked.to(device),
+        ranks=ranks,
         grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype),
         Q=Q,
         K=K,
@@ -80,7 +87,7 @@ def sdpa_path(x, dropout):
     return out.transpose(1, 2)  # (B, Q, N, D)
 
 
-def triton_path(x, dropout):
+def triton_path(x, dropout, ranks=False):
     from xlnet_lite.triton_attention import relative_attention
 
     return relative_attention(
@@ -92,7 +99,7 @@ def triton_path(x, dropout):
         gain=x["gain"],
         seg_q=x["seg_q"],
         seg_k=x["seg_k"],
-        blocked=x["blocked"],
+        blocked=x["ranks"] if ranks else x["blocked"],
         dropout_p=dropout,
         qlen=x["Q"],
     )
@@ -114,11 +121,11 @@ class HeldTo:
 
 
 class Tiled:
-    """The Triton path at one launch setting, forward and backward (the module's CUDA settings swapped in for the
-    step and put back after it)."""
+    """The Triton path at one launch setting, the mask as ranks or as the block, forward and backward (the module's
+    CUDA settings swapped in for the step and put back after it)."""
 
-    def __init__(self, tile, warps):
-        self.tile, self.warps = tile, warps
+    def __init__(self, tile, warps, ranks=False):
+        self.tile, self.warps, self.ranks = tile, warps, ranks
 
     def __call__(self, x, dropout, backward=True):
         from xlnet_lite import triton_attention
@@ -126,7 +133,7 @@ class Tiled:
         saved = triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS
         triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = self.tile, self.warps
         try:
-            return step(triton_path, x, dropout, backward)
+            return step(lambda x, dropout: triton_path(x, dropout, self.ranks), x, dropout, backward)
         finally:
             triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = saved
 
@@ -202,7 +209,7 @@ def main(argv=None):
     rows = {
         "sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
         **({f"sdpa_path_{b.name.lower()}": HeldTo(b) for b in SDPA_BACKENDS} if device.type == "cuda" else {}),
-        **{f"triton_tile{t}_warps{w}": Tiled(t, w) for t, w in TILES[device.type]},
+        **{f"triton_tile{t}_warps{w}{'_ranks' * r}": Tiled(t, w, r) for t, w, r in TILES[device.type]},
     }
     rows, refused, error, grad_error = checked(rows, x)
     for n, why in refused.items():

@@ -27,6 +27,7 @@ tokens and attends over the cache instead of re-projecting it.
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -159,6 +160,8 @@ class AttentionInputs:
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
     fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
     no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
+    ranks_h: "MaskRanks | None" = None  # blocked_h as ranks for the Triton kernels, where it has that form
+    ranks_g: "MaskRanks | None" = None  # and blocked_g's
 
 
 def segment_dims(seg_keys, d_head, pad=None):
@@ -210,6 +213,36 @@ def content_stream_mask(blocked, *, qlen, mlen):
         return None
     diagonal = F.pad(torch.eye(qlen, dtype=torch.bool, device=blocked.device), (mlen, 0))  # (T, K): key mlen + i
     return blocked & ~diagonal  # (B or 1, T, K) still blocked
+
+
+NO_DIAGONAL = -(2**30)  # MaskRanks.diagonal when no key is re-opened
+
+
+class MaskRanks(NamedTuple):
+    """A mask of the form blocked[i, j] = key_rank[j] <= row_rank[i], except key i + diagonal (the content stream's
+    own position, which it always sees; NO_DIAGONAL for none): ranks (B or 1, Q + K) int32, the Q rows' ranks then
+    the K keys'. XLNet's factorization masks have this form (a key is hidden from the rows that come no later in the
+    factorization order), and so do padding and memory added to them."""
+
+    ranks: torch.Tensor
+    diagonal: int = NO_DIAGONAL
+
+
+def mask_ranks(blocked):
+    """blocked (B or 1, Q, K) bool as row and key ranks (B or 1, Q + K) int32 such that blocked[i, j] exactly when
+    key_rank[j] <= row_rank[i], or None where no such ranks exist. They exist when each row's blocked keys contain
+    or are contained in every other row's (the rows nested, as a factorization order's are): then row i blocks the
+    row_rank[i] = (keys it blocks) keys that most rows block, and key_rank[j] counts the keys blocked by at least as
+    many rows as j. The ranks are checked against the mask, so any mask gets either exact ranks or None."""
+    blocked = blocked.bool()
+    K = blocked.shape[-1]
+    row_rank = blocked.sum(-1, dtype=torch.int32)  # (B, Q)
+    rows_blocking = blocked.sum(-2, dtype=torch.int32)  # (B, K)
+    ascending = rows_blocking.sort(-1).values
+    key_rank = K - torch.searchsorted(ascending, rows_blocking, side="left").to(torch.int32)  # (B, K)
+    if not torch.equal(key_rank[:, None, :] <= row_rank[:, :, None], blocked):
+        return None
+    return MaskRanks(torch.cat([row_rank, key_rank], dim=-1))
 
 
 def sinusoid(pos_seq, d_model):
@@ -538,6 +571,8 @@ class XLNetLiteRelativeAttention(nn.Module):
                 query_pos = torch.arange(T, device=h.device)[rows].expand(h.shape[0], -1)  # (B, Q)
                 seg_q = None if seg_q is None else seg_q[:, rows]
                 blocked = None if blocked is None else blocked[:, :, rows]
+            elif kernel == TRITON_ATTENTION and attention_inputs.ranks_h is not None:
+                blocked = attention_inputs.ranks_h  # the same mask as two vectors, for the Triton kernels
             vec_h, prob_h = self.attend(
                 self.project(current, self.q),
                 keys,
@@ -554,7 +589,9 @@ class XLNetLiteRelativeAttention(nn.Module):
             self.project(g, self.q),
             keys,
             seg_q=attention_inputs.seg_query_g,
-            blocked=attention_inputs.blocked_g,
+            blocked=attention_inputs.ranks_g
+            if kernel == TRITON_ATTENTION and attention_inputs.ranks_g is not None
+            else attention_inputs.blocked_g,
             no_key=attention_inputs.no_key_g,
             query_pos=attention_inputs.query_pos,
             **core,
@@ -705,10 +742,25 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
         gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale,
         seg_q=seg_q,
         seg_k=seg_keys,
-        blocked=None if blocked is None else blocked[:, 0],
+        blocked=blocked if blocked is None or not torch.is_tensor(blocked) else blocked[:, 0],  # or MaskRanks
         dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
     return out.flatten(2)
+
+
+def triton_mask_ranks(blocked, *, mlen, query_pos):
+    """The Triton kernels' masks as MaskRanks (two vectors a tile instead of a block of the mask):
+    (content stream's, query stream's), each None where the mask has no such form. blocked (B or 1, T, K): what the
+    query stream may not see; the content stream sees that and itself (key mlen + i); query_pos (B, P) or None."""
+    ranks = mask_ranks(blocked)
+    if ranks is None:
+        return None, None
+    content = MaskRanks(ranks.ranks, diagonal=mlen)
+    if query_pos is None:
+        return content, None
+    T = blocked.shape[1]
+    rows, keys = ranks.ranks.expand(query_pos.shape[0], -1).split([T, ranks.ranks.shape[-1] - T], dim=-1)
+    return content, MaskRanks(torch.cat([rows.gather(1, query_pos), keys], dim=-1))
 
 
 class XLNetLiteFeedForward(nn.Module):
@@ -1053,6 +1105,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             blocked_g = any_or_none(blocked_g)
         blocked_h = blocked if predict_next else content_stream_mask(blocked, qlen=qlen, mlen=mlen)
         blocked_h = any_or_none(blocked_h)
+        ranks_h = ranks_g = None
+        if shortcuts and cfg._attn_implementation == TRITON_ATTENTION and not predict_next and blocked_h is not None:
+            ranks_h, ranks_g = triton_mask_ranks(blocked, mlen=mlen, query_pos=None if blocked_g is None else query_pos)
         pos_emb = None
         if cache is None:
             pos_emb = self.dropout(
@@ -1083,6 +1138,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             ),
             query_pos=query_pos,
             query_valid=query_valid,
+            ranks_h=ranks_h,
+            ranks_g=ranks_g,
         )
 
     def cache_positions(self, cache, *, qlen, klen, device):

@@ -27,7 +27,6 @@ the first use: slow, for checking them).
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 import torch
 
@@ -39,6 +38,8 @@ except ImportError as error:
         "attn_implementation='xlnet_lite_triton' needs Triton (it comes with torch's CUDA builds; on a "
         "CPU `pip install triton` runs the kernels in its interpreter)"
     ) from error
+
+from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks
 
 # ----------------------------------------------------------------------------------------------------------
 # Kernels
@@ -694,39 +695,6 @@ def _attn_bwd_dkr(
     tl.store(
         DKR + (kn * R + offs_r[:, None]) * D + offs_d[None, :], dkr, mask=(offs_r[:, None] < R) & (offs_d[None, :] < D)
     )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The mask as ranks
-
-NO_DIAGONAL = -(2**30)  # MaskRanks.diagonal when no key is re-opened
-
-
-class MaskRanks(NamedTuple):
-    """A mask of the form blocked[i, j] = key_rank[j] <= row_rank[i], except key i + diagonal (the content stream's
-    own position, which it always sees; NO_DIAGONAL for none): ranks (B or 1, Q + K) int32, the Q rows' ranks then
-    the K keys'. XLNet's factorization masks have this form (a key is hidden from the rows that come no later in the
-    factorization order), and so do padding and memory added to them."""
-
-    ranks: torch.Tensor
-    diagonal: int = NO_DIAGONAL
-
-
-def mask_ranks(blocked):
-    """blocked (B or 1, Q, K) bool as row and key ranks (B or 1, Q + K) int32 such that blocked[i, j] exactly when
-    key_rank[j] <= row_rank[i], or None where no such ranks exist. They exist when each row's blocked keys contain
-    or are contained in every other row's (the rows nested, as a factorization order's are): then row i blocks the
-    row_rank[i] = (keys it blocks) keys that most rows block, and key_rank[j] counts the keys blocked by at least as
-    many rows as j. The ranks are checked against the mask, so any mask gets either exact ranks or None."""
-    blocked = blocked.bool()
-    K = blocked.shape[-1]
-    row_rank = blocked.sum(-1, dtype=torch.int32)  # (B, Q)
-    rows_blocking = blocked.sum(-2, dtype=torch.int32)  # (B, K)
-    ascending = rows_blocking.sort(-1).values
-    key_rank = K - torch.searchsorted(ascending, rows_blocking, side="left").to(torch.int32)  # (B, K)
-    if not torch.equal(key_rank[:, None, :] <= row_rank[:, :, None], blocked):
-        return None
-    return MaskRanks(torch.cat([row_rank, key_rank], dim=-1))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import torch
 from tokenizers import Tokenizer, models
 
 from xlnet_lite.collator import DataCollatorForXLNetPretraining, sample_spans, spans_to_mask
+from xlnet_lite.modeling_xlnet_lite import blocked_positions, mask_ranks
 from xlnet_lite.tokenization_xlnet_lite import SPECIAL_TOKENS, wrap_tokenizer
 
 SEP, CLS, PAD = 4, 3, 5
@@ -49,6 +50,28 @@ def check_order(perm_mask, is_target, lo, hi):
     assert torch.equal((sees ^ sees.T)[off], torch.ones(int(off.sum()), dtype=torch.bool)), "not one direction per pair"
     two_steps = (sees.float() @ sees.float()) > 0
     assert not (two_steps & ~sees).any(), "not transitive"
+
+
+@pytest.mark.parametrize("reuse_len,perm_size", [(None, None), (32, 8)])
+def test_the_masks_have_the_ranks_form_the_fused_kernels_read(tokenizer, reuse_len, perm_size):
+    """Each batch's perm_mask with its padding and a memory, as the model combines them, is a mask whose rows nest:
+    mask_ranks gives it as ranks (the Triton kernels compare two vectors instead of reading the block)."""
+    T = 64
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        collator = DataCollatorForXLNetPretraining(tokenizer, reuse_len=reuse_len, perm_size=perm_size, seed=seed)
+        out = collator(make_examples(rng, 4, T, reuse_len or 0, lengths=[T, 50, T, 40]))
+        assert (out["attention_mask"] == 0).any()
+        blocked = blocked_positions(
+            perm_mask=out["perm_mask"],
+            pad_mask=out["attention_mask"] == 0,
+            attn_type="bi",
+            same_length=False,
+            qlen=T,
+            mlen=16,
+            device="cpu",
+        )
+        assert mask_ranks(blocked) is not None, seed
 
 
 @pytest.mark.parametrize("reuse_len,perm_size", [(None, None), (32, 32), (32, 8)])

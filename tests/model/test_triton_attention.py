@@ -21,7 +21,14 @@ from model_helpers import (  # noqa: E402
 
 import xlnet_lite  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks  # noqa: E402
-from xlnet_lite.modeling_xlnet_lite import TRITON_ATTENTION, rel_shift  # noqa: E402
+from xlnet_lite.modeling_xlnet_lite import (  # noqa: E402
+    NO_DIAGONAL,
+    TRITON_ATTENTION,
+    MaskRanks,
+    blocked_positions,
+    mask_ranks,
+    rel_shift,
+)
 from xlnet_lite.triton_attention import relative_attention  # noqa: E402
 
 B, T, P = 3, 21, 5  # T not a multiple of the interpreter's 16-row tiles
@@ -70,6 +77,108 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     want = torch.autograd.grad((expected * grad_out).sum(), inputs)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("banded", [True, False])
+def test_the_mask_as_ranks_gives_what_the_mask_gives(banded):
+    """MaskRanks in place of the block it stands for: the kernels compare a row's rank with a key's (the content
+    stream re-opening its own key, at a memory of 6) and give the output and every gradient bit for bit as they do
+    reading the block; ties among the ranks, a row that blocks every key, ranks shared by the batch."""
+    gen = torch.Generator().manual_seed(7)
+    N, Q, M, D = 2, 19, 6, 12
+    K = Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    qw, qr, k, v = rand(B, N, Q, D), rand(B, N, Q, D), rand(B, N, K, D), rand(B, N, K, D)
+    kr, pos = (rand(1, N, D, 2 * Q + M), None) if banded else (None, rand(B, N, Q, K))
+    gain = rand(B, N, Q)
+    seg_q, seg_k = torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
+    for rows in (B, 1):
+        row_rank = torch.randint(0, K + 1, (rows, Q), generator=gen, dtype=torch.int32)
+        row_rank[0, 3] = K  # blocks every key (but its own, in the content stream)
+        key_rank = torch.randint(1, K // 2, (rows, K), generator=gen, dtype=torch.int32)  # many ties
+        diagonal = M if banded else NO_DIAGONAL
+        own = torch.arange(K)[None, :] == torch.arange(Q)[:, None] + diagonal
+        blocked = (key_rank[:, None, :] <= row_rank[:, :, None]) & ~own
+        assert blocked.any() and not blocked.all()
+        terms = dict(qr=qr if banded else None, kr=kr, pos=pos, gain=gain, seg_q=seg_q, seg_k=seg_k, qlen=Q)
+        out_block = relative_attention(qw, k, v, blocked=blocked, **terms)
+        ranks = MaskRanks(torch.cat([row_rank, key_rank], dim=-1), diagonal)
+        out_ranks = relative_attention(qw, k, v, blocked=ranks, **terms)
+        assert torch.equal(out_ranks, out_block)
+        expected = plain_relative_attention(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, Q)
+        torch.testing.assert_close(out_ranks, expected, atol=1e-5, rtol=1e-5)
+        inputs = [t for t in (qw, qr if banded else None, k, v, kr, pos, gain) if t is not None]
+        grad_out = torch.randn(out_block.shape, generator=gen)
+        got = torch.autograd.grad((out_ranks * grad_out).sum(), inputs)
+        want = torch.autograd.grad((out_block * grad_out).sum(), inputs)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="MaskRanks has 5 ranks, not Q \\+ K = 44"):
+        relative_attention(qw, k, v, blocked=MaskRanks(torch.zeros(B, 5, dtype=torch.int32)), **terms)
+
+
+def test_mask_ranks_exist_exactly_when_the_rows_nest():
+    """mask_ranks over many random masks: ranks that reproduce the mask whenever every two rows' blocked keys are
+    nested, None otherwise; XLNet's factorization masks with left padding, a memory, a shared causal mask or none,
+    always nest (the kernels' fast path in pretraining)."""
+    gen = torch.Generator().manual_seed(0)
+    found = {True: 0, False: 0}
+    for trial in range(300):
+        Q, K = int(torch.randint(1, 9, (1,), generator=gen)), int(torch.randint(1, 9, (1,), generator=gen))
+        if trial % 2:  # nested by construction: thresholds on random key scores
+            score = torch.randint(0, 4, (2, K), generator=gen)
+            blocked = score[:, None, :] >= torch.randint(0, 5, (2, Q, 1), generator=gen)
+        else:
+            blocked = torch.rand(2, Q, K, generator=gen) < 0.5
+        beyond = (blocked[:, :, None, :] & ~blocked[:, None, :, :]).any(-1)  # (2, Q, Q): row i blocks a key i' does not
+        nested = not (beyond & beyond.transpose(1, 2)).any()
+        ranks = mask_ranks(blocked)
+        assert (ranks is not None) == nested, blocked
+        if ranks is not None:
+            row_rank, key_rank = ranks.ranks.split([Q, K], dim=-1)
+            assert ranks.ranks.dtype == torch.int32 and ranks.diagonal == NO_DIAGONAL
+            assert torch.equal(key_rank[:, None, :] <= row_rank[:, :, None], blocked)
+        found[nested] += 1
+    assert min(found.values()) > 50, found
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, :3] = True
+    for seed in range(20):
+        perm_mask, _ = xlnet_masks(B, T, P, seed=seed)
+        for attn_type, perm in (("bi", perm_mask), ("uni", None)):
+            blocked = blocked_positions(
+                perm_mask=perm, pad_mask=pad, attn_type=attn_type, same_length=False, qlen=T, mlen=4, device="cpu"
+            )
+            assert mask_ranks(blocked) is not None
+
+
+def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block_otherwise(monkeypatch):
+    """Both streams of a pretraining batch (factorization masks, segments, left padding, a memory of 5) reach the
+    kernels as MaskRanks, and a perm_mask of no factorization order as the block; transformers' logits either way."""
+    import xlnet_lite.triton_attention as triton_attention
+
+    seen = []
+    original = triton_attention.relative_attention
+
+    def spy(*args, blocked=None, **kwargs):
+        seen.append(type(blocked).__name__)
+        return original(*args, blocked=blocked, **kwargs)
+
+    monkeypatch.setattr(triton_attention, "relative_attention", spy)
+    hf, lite = twins(mem_len=5)
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=3)
+    ids = torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(4))
+    first_hf, first_lite = run_both(hf, lite, TRITON_ATTENTION, input_ids=ids.flip(1))  # the memory
+    scrambled = torch.rand(B, T, T, generator=torch.Generator().manual_seed(6)) < 0.5
+    for mask, kind in ((perm_mask, "MaskRanks"), (scrambled.float(), "Tensor")):
+        seen.clear()
+        inputs = dict(input_ids=ids, perm_mask=mask, target_mapping=target_mapping, **segments_and_left_padding((B, T)))
+        with torch.no_grad():
+            a, b = hf(**inputs, mems=first_hf.mems), lite(**inputs, mems=first_lite.mems)
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
+        assert seen == [kind] * 3  # both streams of the first layer; the last computes the query stream only
 
 
 def pretraining_batch(seed, length=T, targets=P):
@@ -265,8 +374,8 @@ def test_compiled_whole_with_the_kernels_inside():
 
 
 def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
-    """benchmarks/bench_triton_attention.py at its CPU shape: every row timed, the Triton row's output the SDPA
-    path's (the check its GPU run reports)."""
+    """benchmarks/bench_triton_attention.py at its CPU shape: every row timed, the Triton rows' outputs (the mask as
+    the block and as ranks) the SDPA path's (the check its GPU run reports)."""
     import json
 
     from benchmarks import bench_triton_attention
@@ -274,9 +383,10 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
     out = tmp_path / "attention.json"
     bench_triton_attention.main(["--shape", "tiny", "--runs", "1", "--warmup", "0", "--out", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert set(rows) == {"sdpa_path", "triton_tile16_warps1"}
-    assert rows["triton_tile16_warps1"]["max_abs_diff_vs_sdpa"] < 1e-5 and rows["sdpa_path"]["median_s"] > 0
-    assert rows["triton_tile16_warps1"]["max_abs_grad_diff_vs_sdpa"] < 1e-5
+    assert set(rows) == {"sdpa_path", "triton_tile16_warps1", "triton_tile16_warps1_ranks"}
+    assert rows["sdpa_path"]["median_s"] > 0
+    for name in ("triton_tile16_warps1", "triton_tile16_warps1_ranks"):
+        assert rows[name]["max_abs_diff_vs_sdpa"] < 1e-5 and rows[name]["max_abs_grad_diff_vs_sdpa"] < 1e-5
 
 
 def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong_gradient():
