@@ -1,22 +1,24 @@
-"""What the fused attention kernels (xlnet_lite.triton_attention) need of a GPU, found without one: each kernel
-compiled by Triton for a CUDA architecture on this machine, then assembled by the ptxas that Triton ships, for each
-launch setting (rows per tile, warps, pipeline stages) and precision, with every term on (banded positional term,
-segments, mask, dropout; `base`'s head size 64). Reports the shared memory a program needs (Triton refuses to launch
-past the device's limit: 227 KiB a block on an H100 or H200, 163 KiB on an A100, 99 KiB on sm_86/89), the registers
-per thread and the bytes spilled to local memory; and, from the machine code (cuobjdump, shipped with Triton), what
-one warp executes in the kernel's innermost loop, one tile of scores a turn: its instructions, how many are tensor-core
-matrix multiplies (HMMA, or HGMMA where Triton uses Hopper's warpgroup MMA), and how many move data between threads or
-memories (shuffles, shared-memory loads and stores, barriers, global loads, local-memory spills).
+"""What the fused attention kernels (xlnet_lite.triton_attention) need of a GPU, found without one. One training step
+of a two-layer XLNet-Lite with `base`'s attention (12 heads of 64, 512 tokens, a 384-token memory, 85 predicted, XLNet's
+factorization masks, two segments) runs on this machine's CPU with the kernels' launches recorded instead of run; each
+launch is then compiled by Triton for a CUDA architecture as its JIT compiles it on such a GPU (the same arguments,
+specialized alike: what is divisible by 16 is known to be, a 1 is a constant) and assembled by the ptxas Triton ships,
+at each launch setting (rows per tile, warps, pipeline stages) and precision. Reports the shared memory a program
+needs (Triton refuses to launch past the device's limit: 227 KiB a block on an H100 or H200, 163 KiB on an A100, 99 KiB
+on sm_86/89), the registers per thread and the bytes spilled to local memory; and, from the machine code (cuobjdump,
+shipped with Triton), what one warp executes in the kernel's innermost loop, one tile of scores a turn: its
+instructions, how many are tensor-core matrix multiplies (HMMA, or HGMMA where Triton uses Hopper's warpgroup MMA),
+and how many move data (shuffles between threads, shared-memory loads and stores, barriers, global loads, local memory).
 
     python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--warps 4 8] [--stages 1 2 3]
-                                          [--variants dropout mask seg band ranked dropout+ranked] [--out FILE]
+                                          [--dtypes bf16 fp32] [--variants dropout block nomask noseg] [--out FILE]
 
---variants compiles the kernels once more for each change named: a term off (dropout, the mask, the segment term,
-the banded positional term: the dense one instead), or the mask as ranks (MaskRanks: two vectors a tile instead of a
-block of the mask), several joined by '+': what each term costs the loop.
+The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
+factorization masks in eager mode); --variants adds a step for each change named (several joined by '+'): dropout 0.1
+on the probabilities, the masks as (B, Q, K) blocks (as a compiled model passes them), no mask, no segments.
 
-A check of settings before a GPU is at hand, not a timing: which settings run at all, which spill, and how much of
-a tile's work is other than the matrix multiplies.
+A check of settings before a GPU is at hand, not a timing: which settings run at all, which spill, and how much of a
+tile's work is other than the matrix multiplies.
 """
 
 from __future__ import annotations
@@ -32,64 +34,106 @@ import tempfile
 os.environ.pop("TRITON_INTERPRET", None)  # compile, do not interpret
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default, said out loud (3.9 warns otherwise)
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+from triton.compiler.compiler import make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 from benchmarks.environment import environment  # noqa: E402
 from xlnet_lite import triton_attention as ta  # noqa: E402
+from xlnet_lite.collator import random_factorization_masks  # noqa: E402
 from xlnet_lite.training import write_json  # noqa: E402
 
 SHARED_LIMIT = {90: 232448, 80: 166912, 86: 101376, 89: 101376}  # bytes of shared memory a block may use
-FP32_POINTERS = {"GAIN", "LSE", "DELTA", "DGAIN", "DKR"}
-INT64_POINTERS = {"SEGQ", "SEGK", "SEED"}
-SCALARS = {"B", "N", "Q", "K", "R", "D"}
+SHAPE = dict(B=2, N=12, T=512, M=384, D=64, P=85)  # `base`'s attention at XLNet's pretraining shapes (B: see below)
+CHANGES = ("dropout", "block", "nomask", "noseg")
 
 
-def signature(kernel, dtype, ranked=False):
-    """Triton's argument types: tensors in the model's precision, fp32 statistics, int64 ids, the mask uint8 (or int32
-    ranks)."""
-    types = {}
-    for param in kernel.params:
-        name = param.name
-        if param.is_constexpr:
-            types[name] = "constexpr"
-        elif name == "DROP_P":
-            types[name] = "fp32"
-        elif name in FP32_POINTERS:
-            types[name] = "*fp32"
-        elif name in INT64_POINTERS:
-            types[name] = "*i64"
-        elif name == "BLK":
-            types[name] = "*i32" if ranked else "*u8"
-        elif name.isupper() and name not in SCALARS:
-            types[name] = f"*{dtype}"
-        else:
-            types[name] = "i32"
-    return types
+def recorded_launches(dtype, tile, warps, stages, variant=None):
+    """[(stream, name, kernel, args, kwargs)]: the kernel launches of one training step (forward with labels,
+    backward) of a two-layer XLNet-Lite with `base`'s attention (the first layer runs both streams, the last only the
+    query stream; each launch kept once) on attn_implementation="xlnet_lite_triton", recorded
+    instead of run, at this launch setting, under bf16 autocast or in fp32. The pretraining default (dropout 0, the
+    mask as ranks), changed by `variant`: names of CHANGES joined by '+'. B is 2: the batch size is a launch's grid,
+    not its code, but for dkr's loop bound."""
+    from xlnet_lite import modeling_xlnet_lite as modeling
 
-
-TERMS = {"dropout": "HAS_DROPOUT", "mask": "HAS_MASK", "seg": "HAS_SEG", "band": "BAND"}
-VARIANTS = [*TERMS, "ranked"]  # a term off, or the mask as ranks (MaskRanks) instead of a uint8 block
-
-
-def kernels(tile, dtype, variant=None):
-    """(name, kernel, compile-time constants) of the four kernels with every term on, changed by `variant`: names
-    of VARIANTS joined by '+' (without the band the positional term is the dense one and there is no dkr kernel)."""
     changes = set(variant.split("+")) if variant else set()
-    flags = dict(HAS_SEG=True, HAS_MASK=True, RANKED="ranked" in changes, PREC="ieee" if dtype == "fp32" else "tf32")
-    flags["HAS_DROPOUT"] = True
-    for term in changes & {"dropout", "mask", "seg"}:
-        flags[TERMS[term]] = False
-    tiles = dict(BLOCK_M=tile, BLOCK_N=tile, BLOCK_D=64, BAND="band" not in changes, **flags)
-    chosen = [
-        ("forward", ta._attn_fwd, tiles),
-        ("dk_dv", ta._attn_bwd_dkdv, tiles),
-        ("dq", ta._attn_bwd_dq, tiles),
-    ]
-    if "band" not in changes:
-        chosen.append(("dkr", ta._attn_bwd_dkr, dict(BLOCK=tile, BLOCK_D=64, **flags)))
-    return chosen
+    B, N, T, M, D, P = (SHAPE[k] for k in "BNTMDP")
+    names = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name, self.kernel = names[name], getattr(ta, name)
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                stream = "content" if kwargs.get("BAND", True) else "query"
+                if not any(call[:2] == (stream, self.name) for call in calls):  # the second layer's query stream
+                    calls.append((stream, self.name, self.kernel, args, kwargs))
+
+            return launch
+
+    def blocks(device, d, dtype):
+        block_d = max(16, triton.next_power_of_2(d))
+        return tile, block_d, dict(num_warps=warps, num_stages=stages), dict(num_warps=warps, num_stages=1)
+
+    config = modeling.XLNetLiteConfig(
+        vocab_size=64,
+        d_model=N * D,
+        n_layer=2,
+        n_head=N,
+        d_inner=64,
+        mem_len=M,
+        reuse_len=T // 2,
+        dropout=0.1 if "dropout" in changes else 0.0,
+    )
+    config._attn_implementation = modeling.TRITON_ATTENTION
+    model = modeling.XLNetLiteLMHeadModel(config).train()
+    perm_mask, target_mapping = random_factorization_masks(B, T, P, seed=0)
+    inputs = dict(
+        input_ids=torch.randint(0, 64, (B, T)),
+        perm_mask=None if "nomask" in changes else perm_mask,
+        target_mapping=target_mapping,
+        token_type_ids=None if "noseg" in changes else (torch.arange(T) >= T // 2).long().expand(B, -1),
+        labels=torch.randint(0, 64, (B, P)),
+        mems=[torch.zeros(B, M, N * D)] * 2,
+    )
+    saved = {name: getattr(ta, name) for name in names}
+    saved_env = os.environ.get("TRITON_INTERPRET")
+    saved_blocks, saved_ranks = ta._blocks, modeling.triton_mask_ranks
+    try:
+        for name in names:
+            setattr(ta, name, Recorder(name))
+        ta._blocks = blocks
+        os.environ["TRITON_INTERPRET"] = "1"  # relative_attention takes CPU tensors only so; nothing is run
+        if "block" in changes:
+            modeling.triton_mask_ranks = lambda *args, **kwargs: (None, None)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = model(**inputs).loss
+        loss.backward()
+    finally:
+        for name, kernel in saved.items():
+            setattr(ta, name, kernel)
+        ta._blocks, modeling.triton_mask_ranks = saved_blocks, saved_ranks
+        os.environ.pop("TRITON_INTERPRET")
+        if saved_env is not None:
+            os.environ["TRITON_INTERPRET"] = saved_env
+    return calls
+
+
+def compile_launch(kernel, args, kwargs, arch):
+    """The launch compiled as Triton's JIT compiles it on a GPU of this architecture: its arguments bound and
+    specialized (divisibility by 16, ones) by Triton's own binder (a private API of Triton 3.x)."""
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, options)
+    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target, options=options.__dict__)
 
 
 def ptxas(ptx, arch):
@@ -146,11 +190,7 @@ def innermost_loop(sass):
     return dict(instructions=len(body), **{kind: sum(op in ops for op in body) for kind, ops in MIX.items()})
 
 
-def measure(kernel, dtype, constants, arch, warps, stages):
-    source = ASTSource(kernel, signature(kernel, dtype, constants["RANKED"]), constexprs=constants)
-    compiled = triton.compile(
-        source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)
-    )
+def measure(compiled, arch):
     return dict(
         shared_bytes=compiled.metadata.shared,
         **ptxas(compiled.asm["ptx"], arch),
@@ -179,37 +219,38 @@ def main(argv=None):
         "--variants",
         nargs="*",
         default=[],
-        help=f"Also these changes, each alone: {', '.join(VARIANTS)}, or several joined by '+' (dropout+ranked).",
+        help=f"Also these changes, each alone: {', '.join(CHANGES)}, or several joined by '+' (dropout+block).",
     )
     parser.add_argument("--out", default="benchmarks/results/gpu/triton_resources_sm90.json")
     args = parser.parse_args(argv)
     for variant in args.variants:
-        if not set(variant.split("+")) <= set(VARIANTS):
-            parser.error(f"--variants: {variant!r} is not one of {', '.join(VARIANTS)} or several joined by '+'")
+        if not set(variant.split("+")) <= set(CHANGES):
+            parser.error(f"--variants: {variant!r} is not one of {', '.join(CHANGES)} or several joined by '+'")
     limit = SHARED_LIMIT.get(args.arch)
     rows = []
     print(
-        f"{'dtype':<5} {'kernel':<8} {'variant':<14} {'tile':>4} {'warps':>5} {'stages':>6} {'shared KiB':>10} "
-        f"{'fits':>5} {'regs':>5} {'spill st':>8} {'spill ld':>8} | loop: {'instr':>5} {'mma':>4} {'shfl':>4} "
-        f"{'smem':>4} {'bar':>4} {'ldg':>4} {'spill':>5}"
+        f"{'dtype':<5} {'stream':<7} {'kernel':<8} {'variant':<14} {'tile':>4} {'warps':>5} {'stages':>6} "
+        f"{'shared KiB':>10} {'fits':>5} {'regs':>5} {'spill st':>8} {'spill ld':>8} | loop: {'instr':>5} "
+        f"{'mma':>4} {'shfl':>4} {'smem':>4} {'bar':>4} {'ldg':>4} {'local':>5}"
     )
     settings = itertools.product(args.dtypes, args.tiles, args.warps, args.stages, [None, *args.variants])
     for dtype, tile, warps, stages, variant in settings:
-        for name, kernel, constants in kernels(tile, dtype, variant):
+        for stream, name, kernel, launch_args, launch_kwargs in recorded_launches(dtype, tile, warps, stages, variant):
             row = dict(
                 dtype=dtype,
+                stream=stream,
                 kernel=name,
                 variant=variant,
                 tile=tile,
                 warps=warps,
                 stages=stages,
-                **measure(kernel, dtype, constants, args.arch, warps, stages),
+                **measure(compile_launch(kernel, launch_args, launch_kwargs, args.arch), args.arch),
             )
             row["fits"] = None if limit is None else row["shared_bytes"] <= limit
             rows.append(row)
             loop = row["loop"] or dict.fromkeys(("instructions", *MIX), "-")
             print(
-                f"{dtype:<5} {name:<8} {variant or '':<14} {tile:>4} {warps:>5} {stages:>6} "
+                f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {tile:>4} {warps:>5} {stages:>6} "
                 f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
                 f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
                 f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "

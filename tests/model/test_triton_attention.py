@@ -462,11 +462,11 @@ def test_cuda_launch_settings_by_precision():
 
 @pytest.mark.slow
 def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
-    """benchmarks/triton_resources.py compiles the four kernels for sm_90 here (no GPU needed) at the CUDA defaults
-    in bf16: each fits an H100's shared memory and spills at most a few hundred bytes a thread to local memory (at
-    32-row tiles and 4 warps dq spills 236-300 and runs 1.5x faster on an H200 than at 8 warps, which spill none;
-    64-row tiles spill 1,200-3,400), so a change that raises register pressure far past the limit fails here before
-    it reaches a GPU."""
+    """benchmarks/triton_resources.py compiles for sm_90 here (no GPU needed) the launches of a training step at the
+    CUDA defaults in bf16, both streams, as pretraining makes them (the masks as ranks, dropout 0): each fits an H100's
+    shared memory and spills at most a few hundred bytes a thread to local memory (64-row tiles spill 1,200-3,400),
+    and the machine code's innermost loop holds the tensor-core MMAs; so a change that raises register pressure far
+    past the limit fails here before it reaches a GPU."""
     import json
     import os
     import subprocess
@@ -499,9 +499,13 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     rows = json.loads(out.read_text())["rows"]
-    assert [r["kernel"] for r in rows] == ["forward", "dk_dv", "dq", "dkr"]
+    kernels = {("content", k) for k in ("forward", "dk_dv", "dq", "dkr")} | {
+        ("query", k) for k in ("forward", "dk_dv", "dq")
+    }
+    assert {(r["stream"], r["kernel"]) for r in rows} == kernels and len(rows) == 7
     for row in rows:
         assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 400, row
+        assert row["loop"]["mma"] > 0 and row["loop"]["instructions"] > row["loop"]["mma"], row
 
 
 @pytest.mark.slow
