@@ -57,7 +57,7 @@ def recorded_launches(dtype, tile, warps, stages, variant=None):
     query stream; each launch kept once) on attn_implementation="xlnet_lite_triton", recorded
     instead of run, at this launch setting, under bf16 autocast or in fp32. The pretraining default (dropout 0, the
     mask as ranks), changed by `variant`: names of CHANGES joined by '+'. B is 2: the batch size is a launch's grid,
-    not its code, but for dkr's loop bound."""
+    not its code, but for dkr's outer loop bound (at B 32 Triton would also know it divisible by 16)."""
     from xlnet_lite import modeling_xlnet_lite as modeling
 
     changes = set(variant.split("+")) if variant else set()
@@ -119,7 +119,7 @@ def recorded_launches(dtype, tile, warps, stages, variant=None):
         for name, kernel in saved.items():
             setattr(ta, name, kernel)
         ta._blocks, modeling.triton_mask_ranks = saved_blocks, saved_ranks
-        os.environ.pop("TRITON_INTERPRET")
+        os.environ.pop("TRITON_INTERPRET", None)
         if saved_env is not None:
             os.environ["TRITON_INTERPRET"] = saved_env
     return calls

@@ -945,6 +945,10 @@ def _check_layout(qw, qr, k, v, kr, gain, blocked):
             raise ValueError(f"relative_attention: {name} has {t.shape[0]} rows, not 1 or the batch's {B}")
     if gain is not None and not gain.is_contiguous():
         raise ValueError("relative_attention's kernels need a contiguous gain")
+    if blocked is not None and blocked.dtype != torch.bool:  # ranks: MaskRanks's (B or 1, Q + K) int32, contiguous
+        Q, K = qw.shape[2], k.shape[2]
+        if blocked.dtype != torch.int32 or blocked.shape[1:] != (Q + K,) or not blocked.is_contiguous():
+            raise ValueError("relative_attention's kernels take the mask as bool (B or 1, Q, K) or as MaskRanks")
 
 
 class _Operands:

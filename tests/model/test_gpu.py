@@ -265,8 +265,9 @@ def test_finetuning_recipe_trains_on_the_gpu_in_bf16(pretrained, tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
     """Compiled at `base`'s head size over several tiles, with the mask as MaskRanks (a factorization order's, with a
-    memory of 70 and the content stream's own key re-opened): the output and every gradient bit for bit the same as
-    with the same mask as the (B, Q, K) block."""
+    memory of 70): the output and every gradient bit for bit the same as with the same mask as the (B, Q, K) block;
+    the content stream's banded form (its own key re-opened, ranks per batch row) and the query stream's dense form
+    (no key re-opened, ranks shared by the batch)."""
     from xlnet_lite.collator import random_factorization_masks
     from xlnet_lite.modeling_xlnet_lite import MaskRanks, mask_ranks
     from xlnet_lite.triton_attention import relative_attention
@@ -281,20 +282,27 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
     qw, qr = rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5)
     k, v = rand(batch, N, K, D), rand(batch, N, K, D)
     kr, gain = rand(1, N, D, Q + K), rand(batch, N, Q, scale=0.1)
+    pos = rand(batch, N, Q, K)
     perm_mask, _ = random_factorization_masks(batch, Q, 25, seed=1)
     blocked = torch.cat([torch.zeros(batch, Q, M, dtype=torch.bool), perm_mask.bool()], dim=-1).to(CUDA)
-    ranks = MaskRanks(mask_ranks(blocked).ranks, diagonal=M)
-    blocked[:, torch.arange(Q), M + torch.arange(Q)] = False
     seg_q = torch.randint(0, 2, (batch, Q), generator=gen).to(CUDA)
     seg_k = torch.randint(0, 2, (batch, K), generator=gen).to(CUDA)
-    terms = dict(qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, qlen=Q)
     grad_out = torch.randn(batch, Q, N, D, generator=gen).to(CUDA, dtype)
-    results = []
-    for mask in (blocked, ranks):
-        out = relative_attention(qw, k, v, blocked=mask, **terms)
-        results.append((out, *torch.autograd.grad((out * grad_out).sum(), (qw, qr, k, v, kr, gain))))
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+    content = blocked.clone()
+    content[:, torch.arange(Q), M + torch.arange(Q)] = False
+    forms = [
+        (dict(qr=qr, kr=kr), content, MaskRanks(mask_ranks(blocked).ranks, diagonal=M), (qw, qr, k, v, kr, gain)),
+        (dict(pos=pos), blocked[:1], mask_ranks(blocked[:1]), (qw, k, v, pos, gain)),
+    ]
+    for positional, block, ranks, inputs in forms:
+        assert ranks is not None
+        terms = dict(**positional, gain=gain, seg_q=seg_q, seg_k=seg_k, qlen=Q)
+        results = []
+        for mask in (block, ranks):
+            out = relative_attention(qw, k, v, blocked=mask, **terms)
+            results.append((out, *torch.autograd.grad((out * grad_out).sum(), inputs)))
+        for a, b in zip(*results):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
