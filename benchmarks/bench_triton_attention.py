@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend
 from benchmarks import bench_gpu
 from benchmarks.environment import environment
 from xlnet_lite.collator import random_factorization_masks
-from xlnet_lite.modeling_xlnet_lite import MaskRanks, mask_ranks, positional_term
+from xlnet_lite.modeling_xlnet_lite import MaskRanks, positional_term, triton_mask_ranks
 from xlnet_lite.training import write_json
 
 SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
@@ -58,7 +58,7 @@ def make_inputs(shape, device, dtype, seed=0):
 
     perm_mask, _ = random_factorization_masks(B, Q, shape["P"], seed=seed)
     blocked = torch.cat([torch.zeros(B, Q, M, dtype=torch.bool), perm_mask.bool()], dim=-1)  # (B, Q, K)
-    ranks = MaskRanks(mask_ranks(blocked).ranks.to(device), diagonal=M)  # as the model gives the kernels
+    ranks, _ = triton_mask_ranks(blocked, mlen=M, query_pos=None)  # as the model gives the kernels
     blocked[:, torch.arange(Q), M + torch.arange(Q)] = False  # the content stream sees its own token
     segments = torch.cat([torch.zeros(B, K // 2, dtype=torch.long), torch.ones(B, K - K // 2, dtype=torch.long)], 1)
     return dict(
@@ -71,7 +71,7 @@ def make_inputs(shape, device, dtype, seed=0):
         seg_q=segments[:, M:].to(device),
         seg_k=segments.to(device),
         blocked=blocked.to(device),
-        ranks=ranks,
+        ranks=MaskRanks(ranks.ranks.to(device), ranks.diagonal),
         grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype),
         Q=Q,
         K=K,

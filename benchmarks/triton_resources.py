@@ -46,6 +46,7 @@ from xlnet_lite import triton_attention as ta  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks  # noqa: E402
 from xlnet_lite.training import write_json  # noqa: E402
 
+TRITON_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")  # ptxas, cuobjdump
 SHARED_LIMIT = {90: 232448, 80: 166912, 86: 101376, 89: 101376}  # bytes of shared memory a block may use
 SHAPE = dict(B=2, N=12, T=512, M=384, D=64, P=85)  # `base`'s attention at XLNet's pretraining shapes (B: see below)
 CHANGES = ("dropout", "block", "nomask", "noseg")
@@ -142,7 +143,7 @@ def ptxas(ptx, arch):
         f.write(ptx)
     gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
     for name in ("ptxas", "ptxas-blackwell"):  # the second takes the newer PTX versions some Triton builds emit
-        binary = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+        binary = os.path.join(TRITON_BIN, name)
         out = subprocess.run(
             [binary, "-v", "--gpu-name", gpu, f.name, "-o", os.devnull], capture_output=True, text=True
         )
@@ -202,8 +203,7 @@ def cuobjdump(cubin):
     """The SASS of a compiled kernel, by the cuobjdump Triton ships."""
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
         f.write(cubin)
-    binary = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    out = subprocess.run([binary, "-sass", f.name], capture_output=True, text=True)
+    out = subprocess.run([os.path.join(TRITON_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True)
     os.unlink(f.name)
     return out.stdout
 

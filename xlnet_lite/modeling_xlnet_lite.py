@@ -742,7 +742,7 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
         gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale,
         seg_q=seg_q,
         seg_k=seg_keys,
-        blocked=blocked if blocked is None or not torch.is_tensor(blocked) else blocked[:, 0],  # or MaskRanks
+        blocked=blocked[:, 0] if torch.is_tensor(blocked) else blocked,  # a block, MaskRanks or None
         dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
     return out.flatten(2)

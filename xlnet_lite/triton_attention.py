@@ -946,9 +946,12 @@ def _check_layout(qw, qr, k, v, kr, gain, blocked):
     if gain is not None and not gain.is_contiguous():
         raise ValueError("relative_attention's kernels need a contiguous gain")
     if blocked is not None and blocked.dtype != torch.bool:  # ranks: MaskRanks's (B or 1, Q + K) int32, contiguous
-        Q, K = qw.shape[2], k.shape[2]
-        if blocked.dtype != torch.int32 or blocked.shape[1:] != (Q + K,) or not blocked.is_contiguous():
+        if blocked.dtype != torch.int32 or blocked.ndim != 2 or not blocked.is_contiguous():
             raise ValueError("relative_attention's kernels take the mask as bool (B or 1, Q, K) or as MaskRanks")
+        if blocked.shape[1] != qw.shape[2] + k.shape[2]:
+            raise ValueError(
+                f"relative_attention: MaskRanks has {blocked.shape[1]} ranks, not Q + K = {qw.shape[2] + k.shape[2]}"
+            )
 
 
 class _Operands:
@@ -1055,8 +1058,4 @@ def relative_attention(
     diagonal = NO_DIAGONAL
     if isinstance(blocked, MaskRanks):
         blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
-        if blocked.shape[-1] != Q + k.shape[2]:
-            raise ValueError(
-                f"relative_attention: MaskRanks has {blocked.shape[-1]} ranks, not Q + K = {Q + k.shape[2]}"
-            )
     return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal)[0]

@@ -269,7 +269,7 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
     the content stream's banded form (its own key re-opened, ranks per batch row) and the query stream's dense form
     (no key re-opened, ranks shared by the batch)."""
     from xlnet_lite.collator import random_factorization_masks
-    from xlnet_lite.modeling_xlnet_lite import MaskRanks, mask_ranks
+    from xlnet_lite.modeling_xlnet_lite import mask_ranks, triton_mask_ranks
     from xlnet_lite.triton_attention import relative_attention
 
     gen = torch.Generator().manual_seed(1)
@@ -291,7 +291,7 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
     content = blocked.clone()
     content[:, torch.arange(Q), M + torch.arange(Q)] = False
     forms = [
-        (dict(qr=qr, kr=kr), content, MaskRanks(mask_ranks(blocked).ranks, diagonal=M), (qw, qr, k, v, kr, gain)),
+        (dict(qr=qr, kr=kr), content, triton_mask_ranks(blocked, mlen=M, query_pos=None)[0], (qw, qr, k, v, kr, gain)),
         (dict(pos=pos), blocked[:1], mask_ranks(blocked[:1]), (qw, k, v, pos, gain)),
     ]
     for positional, block, ranks, inputs in forms:
