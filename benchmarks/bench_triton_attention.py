@@ -121,21 +121,20 @@ class HeldTo:
 
 
 class Tiled:
-    """The Triton path at one launch setting, the mask as ranks or as the block, forward and backward (the module's
-    CUDA settings swapped in for the step and put back after it)."""
+    """The Triton path with every kernel at one tile size and warp count (each at its own pipeline stages), the mask
+    as ranks or as the block, forward and backward (the module's launch settings changed for the step only)."""
 
     def __init__(self, tile, warps, ranks=False):
         self.tile, self.warps, self.ranks = tile, warps, ranks
 
     def __call__(self, x, dropout, backward=True):
-        from xlnet_lite import triton_attention
+        from benchmarks.bench_triton_kernels import launch_settings_changed
+        from xlnet_lite import triton_attention as ta
 
-        saved = triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS
-        triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = self.tile, self.warps
-        try:
+        table = ta.launch_settings(x["qw"].device, x["qw"].dtype)
+        changes = {kernel: ta.Launch(self.tile, self.warps, s.stages) for kernel, s in table.items()}
+        with launch_settings_changed(table, changes):
             return step(lambda x, dropout: triton_path(x, dropout, self.ranks), x, dropout, backward)
-        finally:
-            triton_attention.CUDA_TILE, triton_attention.CUDA_WARPS = saved
 
 
 def step(path, x, dropout, backward=True):

@@ -3,10 +3,12 @@
 # machine lent for a few minutes, in one command, the parts in the order of what they decide: the kernels' CUDA
 # tests (every head against transformers in fp32, a training step's gradients against the explicit kernel, bf16
 # against fp32, the memory, generate(); at the bf16 default of 4 warps a tile), then one layer's attention alone at
-# each tile size and warp count and through each fused SDPA backend (bench_triton_attention, dropout 0), then `base`
-# at XLNet's pretraining shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels,
-# eager; then the same compiled; a profile last, if PROFILE_S is set. Logs and JSON go to $OUT (default gpu_out/, 8 files at most); each part has its own time limit
-# (seconds: TESTS_S, KERNEL_S, BENCH_S, COMPILED_S, PROFILE_S; the defaults sum to 560).
+# each tile size and warp count and through each fused SDPA backend (bench_triton_attention, dropout 0), each kernel
+# alone at each launch setting and with each term changed (bench_triton_kernels), then `base` at XLNet's pretraining
+# shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels, eager; then the same
+# compiled; a profile last, if PROFILE_S is set. Logs and JSON go to $OUT (default gpu_out/, 10 files at most); each
+# part has its own time limit (seconds: TESTS_S, KERNEL_S, KERNELS_S, BENCH_S, COMPILED_S, PROFILE_S; the defaults sum
+# to 580).
 #
 #   bash benchmarks/run_triton_on_gpu.sh
 #
@@ -19,12 +21,14 @@ python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name
 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), '| triton', triton.__version__,
 '| transformers', transformers.__version__)" 2>&1 | tee "$OUT/environment.txt"
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
-timeout "${TESTS_S:-150}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
+timeout "${TESTS_S:-100}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
     -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
 timeout "${KERNEL_S:-60}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
     --out "$OUT/triton_attention_base_dropout0.json" 2>&1 | tee "$OUT/bench_triton_attention.log"
-timeout "${BENCH_S:-150}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
+timeout "${KERNELS_S:-90}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
+    | tee "$OUT/bench_triton_kernels.log"
+timeout "${BENCH_S:-130}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
     lite_sdpa_cudnn_nodrop_bf16 lite_triton_nodrop_bf16 lite_triton_bf16 \
     --out "$OUT/model_base_triton.json" 2>&1 | tee "$OUT/bench_triton.log"
 echo "benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"

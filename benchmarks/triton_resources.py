@@ -12,6 +12,7 @@ and how many move data (shuffles between threads, shared-memory loads and stores
 
     python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--warps 4 8] [--stages 1 2 3]
                                           [--dtypes bf16 fp32] [--variants dropout block nomask noseg] [--out FILE]
+    python -m benchmarks.triton_resources --defaults [--dtypes bf16] ...   (each kernel at the library's setting)
 
 The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
 factorization masks in eager mode); --variants adds a step for each change named (several joined by '+'): dropout 0.1
@@ -41,6 +42,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.compiler.compiler import make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
+from benchmarks.bench_triton_kernels import kernels_replaced, launch_settings_changed  # noqa: E402
 from benchmarks.environment import environment  # noqa: E402
 from xlnet_lite import triton_attention as ta  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks  # noqa: E402
@@ -52,23 +54,23 @@ SHAPE = dict(B=2, N=12, T=512, M=384, D=64, P=85)  # `base`'s attention at XLNet
 CHANGES = ("dropout", "block", "nomask", "noseg")
 
 
-def recorded_launches(dtype, tile, warps, stages, variant=None):
+def recorded_launches(dtype, settings, variant=None):
     """[(stream, name, kernel, args, kwargs)]: the kernel launches of one training step (forward with labels,
     backward) of a two-layer XLNet-Lite with `base`'s attention (the first layer runs both streams, the last only the
     query stream; each launch kept once) on attn_implementation="xlnet_lite_triton", recorded
-    instead of run, at this launch setting, under bf16 autocast or in fp32. The pretraining default (dropout 0, the
-    mask as ranks), changed by `variant`: names of CHANGES joined by '+'. B is 2: the batch size is a launch's grid,
-    not its code, but for dkr's outer loop bound (at B 32 Triton would also know it divisible by 16)."""
+    instead of run, at these launch settings ({kernel: triton_attention.Launch}), under bf16 autocast or in fp32. The
+    pretraining default (dropout 0, the mask as ranks), changed by `variant`: names of CHANGES joined by '+'. B is 2:
+    the batch size is a launch's grid, not its code, but for dkr's outer loop bound (at B 32 Triton would also know
+    it divisible by 16)."""
     from xlnet_lite import modeling_xlnet_lite as modeling
 
     changes = set(variant.split("+")) if variant else set()
     B, N, T, M, D, P = (SHAPE[k] for k in "BNTMDP")
-    names = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
     calls = []
 
     class Recorder:
-        def __init__(self, name):
-            self.name, self.kernel = names[name], getattr(ta, name)
+        def __init__(self, kernel, name):
+            self.kernel, self.name = kernel, name
 
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
@@ -77,10 +79,6 @@ def recorded_launches(dtype, tile, warps, stages, variant=None):
                     calls.append((stream, self.name, self.kernel, args, kwargs))
 
             return launch
-
-    def blocks(device, d, dtype):
-        block_d = max(16, triton.next_power_of_2(d))
-        return tile, block_d, dict(num_warps=warps, num_stages=stages), dict(num_warps=warps, num_stages=1)
 
     config = modeling.XLNetLiteConfig(
         vocab_size=64,
@@ -103,23 +101,19 @@ def recorded_launches(dtype, tile, warps, stages, variant=None):
         labels=torch.randint(0, 64, (B, P)),
         mems=[torch.zeros(B, M, N * D)] * 2,
     )
-    saved = {name: getattr(ta, name) for name in names}
     saved_env = os.environ.get("TRITON_INTERPRET")
-    saved_blocks, saved_ranks = ta._blocks, modeling.triton_mask_ranks
+    saved_ranks = modeling.triton_mask_ranks
+    table = ta.launch_settings(torch.device("cpu"), torch.float32)  # what the kernels read on this CPU
     try:
-        for name in names:
-            setattr(ta, name, Recorder(name))
-        ta._blocks = blocks
-        os.environ["TRITON_INTERPRET"] = "1"  # relative_attention takes CPU tensors only so; nothing is run
-        if "block" in changes:
-            modeling.triton_mask_ranks = lambda *args, **kwargs: (None, None)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            loss = model(**inputs).loss
-        loss.backward()
+        with kernels_replaced(Recorder), launch_settings_changed(table, settings):
+            os.environ["TRITON_INTERPRET"] = "1"  # relative_attention takes CPU tensors only so; nothing is run
+            if "block" in changes:
+                modeling.triton_mask_ranks = lambda *args, **kwargs: (None, None)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                loss = model(**inputs).loss
+            loss.backward()
     finally:
-        for name, kernel in saved.items():
-            setattr(ta, name, kernel)
-        ta._blocks, modeling.triton_mask_ranks = saved_blocks, saved_ranks
+        modeling.triton_mask_ranks = saved_ranks
         os.environ.pop("TRITON_INTERPRET", None)
         if saved_env is not None:
             os.environ["TRITON_INTERPRET"] = saved_env
@@ -216,6 +210,12 @@ def main(argv=None):
     parser.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--dtypes", nargs="+", choices=["bf16", "fp32"], default=["bf16", "fp32"])
     parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="Each kernel at the library's own CUDA setting for the precision (triton_attention.LAUNCH) instead of "
+        "--tiles x --warps x --stages (dkr at one stage).",
+    )
+    parser.add_argument(
         "--variants",
         nargs="*",
         default=[],
@@ -233,30 +233,39 @@ def main(argv=None):
         f"{'shared KiB':>10} {'fits':>5} {'regs':>5} {'spill st':>8} {'spill ld':>8} | loop: {'instr':>5} "
         f"{'mma':>4} {'shfl':>4} {'smem':>4} {'bar':>4} {'ldg':>4} {'local':>5}"
     )
-    settings = itertools.product(args.dtypes, args.tiles, args.warps, args.stages, [None, *args.variants])
-    for dtype, tile, warps, stages, variant in settings:
-        for stream, name, kernel, launch_args, launch_kwargs in recorded_launches(dtype, tile, warps, stages, variant):
-            row = dict(
-                dtype=dtype,
-                stream=stream,
-                kernel=name,
-                variant=variant,
-                tile=tile,
-                warps=warps,
-                stages=stages,
-                **measure(compile_launch(kernel, launch_args, launch_kwargs, args.arch), args.arch),
-            )
-            row["fits"] = None if limit is None else row["shared_bytes"] <= limit
-            rows.append(row)
-            loop = row["loop"] or dict.fromkeys(("instructions", *MIX), "-")
-            print(
-                f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {tile:>4} {warps:>5} {stages:>6} "
-                f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
-                f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
-                f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "
-                f"{loop['global_loads']:>4} {loop['spills']:>5}",
-                flush=True,
-            )
+
+    def launch_tables(dtype):
+        if args.defaults:
+            yield dict(ta.LAUNCH["cuda" if dtype == "bf16" else "cuda_fp32"])
+            return
+        for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
+            yield {kernel: ta.Launch(tile, warps, 1 if kernel == "dkr" else stages) for kernel in ta.KERNELS}
+
+    for dtype in args.dtypes:
+        for settings, variant in itertools.product(list(launch_tables(dtype)), [None, *args.variants]):
+            for stream, name, kernel, launch_args, launch_kwargs in recorded_launches(dtype, settings, variant):
+                tile, warps, stages = settings[name]
+                row = dict(
+                    dtype=dtype,
+                    stream=stream,
+                    kernel=name,
+                    variant=variant,
+                    tile=tile,
+                    warps=warps,
+                    stages=stages,
+                    **measure(compile_launch(kernel, launch_args, launch_kwargs, args.arch), args.arch),
+                )
+                row["fits"] = None if limit is None else row["shared_bytes"] <= limit
+                rows.append(row)
+                loop = row["loop"] or dict.fromkeys(("instructions", *MIX), "-")
+                print(
+                    f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {tile:>4} {warps:>5} {stages:>6} "
+                    f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
+                    f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
+                    f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "
+                    f"{loop['global_loads']:>4} {loop['spills']:>5}",
+                    flush=True,
+                )
     command = "python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv)
     write_json(
         args.out,

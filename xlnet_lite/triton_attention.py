@@ -27,6 +27,7 @@ the first use: slow, for checking them).
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -701,32 +702,51 @@ def _attn_bwd_dkr(
 # The operators
 
 
-# Launch settings on CUDA: rows (and keys) per tile, warps per program in bf16 or fp16 and in fp32, and software-
-# pipeline stages in bf16 or fp16 (fp32 and dkr take one). Compiled for an H100 with every term on at `base`'s head
-# size 64 (benchmarks/triton_resources.py, results/gpu/triton_resources_sm90_*.json): 64-row tiles spill 1.2-3.4 KB a
-# thread to local memory with 4 warps, 0.5-1.4 KB with 8; 32-row tiles need at most 37 KiB of shared memory in bf16
-# (dkr at one stage) and spill nothing with 8 warps, up to 300 bytes (dq) with 4. Timed on an H200 in bf16
-# (benchmarks/bench_triton_attention.py, results/gpu/h200_triton_attention_base_*.json), 32-row tiles with 4 warps run
-# one layer's attention forward and backward 1.5x faster than with 8 (10.9 against 16.5 ms at dropout 0, 14.9 against
-# 21.7 at 0.1) and 1.4-1.7x faster than 64-row tiles, spills and all. fp32 keeps 8 warps and one stage, the setting its
-# CUDA tests passed at, within 64 KiB of shared memory (at 64-row tiles three stages would need 330 KiB for dkr, past
-# an H100's 227); dkr at one stage in any precision stays within the 99 KiB of sm_86/89 cards.
-CUDA_TILE = 32
-CUDA_WARPS = 4
-CUDA_WARPS_FP32 = 8
-CUDA_STAGES = 3
+class Launch(NamedTuple):
+    """How one kernel is launched: rows (and keys, or distances for dkr) per tile, warps per program, software-
+    pipeline stages."""
+
+    tile: int
+    warps: int
+    stages: int
 
 
-def _blocks(device, d, dtype):
-    """(BLOCK_M = BLOCK_N, BLOCK_D, launch options of the first three kernels, of dkr): the head size padded to a
-    power of two of at least 16 (tl.dot's smallest). The interpreter takes 16-row tiles (numpy: small ones run
-    faster) and no launch options."""
-    block_d = max(16, triton.next_power_of_2(d))
+KERNELS = ("forward", "dk_dv", "dq", "dkr")
+
+# Launch settings per kernel, by where the kernels run: on CUDA in bf16 or fp16, on CUDA in fp32, and in Triton's
+# interpreter (16-row tiles: numpy runs small ones faster; it ignores warps and stages). Compiled for an H100 with
+# every term on at `base`'s head size 64 (benchmarks/triton_resources.py, results/gpu/triton_resources_sm90_*.json):
+# 64-row tiles spill 1.2-3.4 KB a thread to local memory with 4 warps, 0.5-1.4 KB with 8; 32-row tiles need at most
+# 37 KiB of shared memory in bf16 (dkr at one stage) and spill nothing with 8 warps, up to 300 bytes (dq) with 4. Timed
+# on an H200 in bf16 (benchmarks/bench_triton_attention.py, results/gpu/h200_triton_attention_base_*.json), 32-row
+# tiles with 4 warps run one layer's attention forward and backward 1.5x faster than with 8 (10.9 against 16.5 ms at
+# dropout 0, 14.9 against 21.7 at 0.1) and 1.4-1.7x faster than 64-row tiles, spills and all. fp32 keeps 8 warps and
+# one stage, the setting its CUDA tests passed at, within 64 KiB of shared memory (at 64-row tiles three stages would
+# need 330 KiB for dkr, past an H100's 227); dkr at one stage in any precision stays within the 99 KiB of sm_86/89
+# cards. Each kernel's setting is its own (benchmarks/bench_triton_kernels.py times each kernel at each setting).
+LAUNCH = {
+    "cuda": {"forward": Launch(32, 4, 3), "dk_dv": Launch(32, 4, 3), "dq": Launch(32, 4, 3), "dkr": Launch(32, 4, 1)},
+    "cuda_fp32": dict.fromkeys(KERNELS, Launch(32, 8, 1)),
+    "interpreter": dict.fromkeys(KERNELS, Launch(16, 1, 1)),
+}
+
+
+def launch_settings(device, dtype):
+    """The LAUNCH table the kernels take on this device in this precision."""
     if device.type != "cuda":
-        return 16, block_d, {}, {}
-    fp32 = dtype == torch.float32
-    stages, warps = (1, CUDA_WARPS_FP32) if fp32 else (CUDA_STAGES, CUDA_WARPS)
-    return CUDA_TILE, block_d, dict(num_warps=warps, num_stages=stages), dict(num_warps=warps, num_stages=1)
+        return LAUNCH["interpreter"]
+    return LAUNCH["cuda_fp32" if dtype == torch.float32 else "cuda"]
+
+
+def _launch(kernel, device, dtype):
+    """(tile, launch options) of one kernel."""
+    setting = launch_settings(device, dtype)[kernel]
+    return setting.tile, dict(num_warps=setting.warps, num_stages=setting.stages)
+
+
+def _block_d(d):
+    """The head size padded to a power of two of at least 16 (tl.dot's smallest)."""
+    return max(16, triton.next_power_of_2(d))
 
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
@@ -754,7 +774,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     _check_layout(qw, qr, k, v, kr, gain, blocked)
     out, lse = _forward_outputs(qw)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
-    block, block_d, launch, _ = _blocks(qw.device, D, qw.dtype)
+    block, launch = _launch("forward", qw.device, qw.dtype)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
         *args.pointers,
         out,
@@ -771,7 +791,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
         dropout_p,
         BLOCK_M=block,
         BLOCK_N=block,
-        BLOCK_D=block_d,
+        BLOCK_D=_block_d(D),
         **args.flags,
         **launch,
     )
@@ -792,9 +812,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
-    block, block_d, launch, dkr_launch = _blocks(qw.device, D, qw.dtype)
-    common = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, **args.flags, **launch)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
+    block, launch = _launch("dk_dv", qw.device, qw.dtype)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
         *args.pointers,
         dout,
@@ -812,8 +831,13 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         qlen,
         args.diag,
         dropout_p,
-        **common,
+        BLOCK_M=block,
+        BLOCK_N=block,
+        BLOCK_D=_block_d(D),
+        **args.flags,
+        **launch,
     )
+    block, launch = _launch("dq", qw.device, qw.dtype)
     _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
         *args.pointers,
         dout,
@@ -833,11 +857,16 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         qlen,
         args.diag,
         dropout_p,
-        **common,
+        BLOCK_M=block,
+        BLOCK_N=block,
+        BLOCK_D=_block_d(D),
+        **args.flags,
+        **launch,
     )
     if kr is not None:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
         strides = args.strides[:13] + args.strides[17:]  # without pos's
+        block, launch = _launch("dkr", qw.device, qw.dtype)
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_,
             qr_,
@@ -862,9 +891,9 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             dropout_p,
             kr.shape[0],
             BLOCK=block,
-            BLOCK_D=block_d,
-            **{flag: common[flag] for flag in ("HAS_SEG", "HAS_MASK", "RANKED", "PREC", "HAS_DROPOUT")},
-            **dkr_launch,
+            BLOCK_D=_block_d(D),
+            **{flag: value for flag, value in args.flags.items() if flag != "BAND"},
+            **launch,
         )
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 

@@ -389,6 +389,35 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
         assert rows[name]["max_abs_diff_vs_sdpa"] < 1e-5 and rows[name]["max_abs_grad_diff_vs_sdpa"] < 1e-5
 
 
+@pytest.mark.slow
+def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path):
+    """benchmarks/bench_triton_kernels.py at its CPU shape: every kernel timed in the default row, in each variant
+    (dkr not launched when the positional term is dense) and at each other setting; a setting only reorders sums (its
+    output and gradients within 1e-5 of the default's), and the fastest setting of each kernel is one it timed."""
+    import json
+
+    from benchmarks import bench_triton_kernels as bench
+
+    out = tmp_path / "kernels.json"
+    bench.main(
+        ["--shape", "tiny", "--runs", "1", "--warmup", "0", "--tiles", "16", "32", "--warps", "1"]
+        + ["--stages", "1", "--out", str(out)]
+    )
+    result = json.loads(out.read_text())
+    rows = {r["label"]: r for r in result["rows"]}
+    settings = [f"{k}_tile32_warps1_stages1" for k in ("forward", "dk_dv", "dq", "dkr")]
+    assert list(rows) == ["default", *bench.VARIANTS, *settings] and not result["refused"]
+    for label, row in rows.items():
+        timed = {k for k, s in row["median_s"].items() if s > 0}
+        assert timed == ({"forward", "dk_dv", "dq"} if label == "dense" else {"forward", "dk_dv", "dq", "dkr"}), label
+        assert row["max_abs_diff_vs_default"] < 1e-5, label
+    assert rows["forward_tile32_warps1_stages1"]["setting"] == dict(tile=32, warps=1, stages=1)
+    for kernel, best in result["fastest"].items():
+        assert best["median_s"] == min(r["median_s"][kernel] for r in result["rows"] if r["variant"] == "ranks")
+    with pytest.raises(SystemExit):
+        bench.main(["--shape", "tiny", "--tiles", "24", "--out", str(out)])
+
+
 def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong_gradient():
     """A row whose kernel raises (an SDPA backend that takes no such bias) is set aside with its error, not timed;
     a row whose query gradient differs from the SDPA path's, or is NaN, reports the difference."""
@@ -444,20 +473,76 @@ def test_attention_benchmark_refuses_a_backend_that_cannot_run_and_finds_a_wrong
 
 
 def test_cuda_launch_settings_by_precision():
-    """On CUDA, bf16 and fp16 launch 4 warps a tile with 3 pipeline stages (dkr one), fp32 8 warps at one stage;
-    the interpreter takes 16-row tiles and no launch options."""
+    """On CUDA, bf16 and fp16 launch each kernel at its own setting (4 warps a tile, 3 pipeline stages, dkr one), fp32
+    8 warps at one stage; the interpreter takes 16-row tiles; the launch options follow the setting."""
     from xlnet_lite import triton_attention as ta
 
-    cuda = torch.device("cuda")  # only read by _blocks: no GPU needed
+    cuda = torch.device("cuda")  # only read by launch_settings: no GPU needed
     for dtype in (torch.bfloat16, torch.float16):
-        assert ta._blocks(cuda, 64, dtype) == (32, 64, dict(num_warps=4, num_stages=3), dict(num_warps=4, num_stages=1))
-    assert ta._blocks(cuda, 64, torch.float32) == (
-        32,
-        64,
-        dict(num_warps=8, num_stages=1),
-        dict(num_warps=8, num_stages=1),
-    )
-    assert ta._blocks(torch.device("cpu"), 12, torch.float32) == (16, 16, {}, {})
+        table = ta.launch_settings(cuda, dtype)
+        assert table is ta.LAUNCH["cuda"] and set(table) == set(ta.KERNELS)
+        assert {k: tuple(s) for k, s in table.items()} == {
+            "forward": (32, 4, 3),
+            "dk_dv": (32, 4, 3),
+            "dq": (32, 4, 3),
+            "dkr": (32, 4, 1),
+        }
+        assert ta._launch("dkr", cuda, dtype) == (32, dict(num_warps=4, num_stages=1))
+    assert ta.launch_settings(cuda, torch.float32) is ta.LAUNCH["cuda_fp32"]
+    assert ta._launch("forward", cuda, torch.float32) == (32, dict(num_warps=8, num_stages=1))
+    assert all(s.tile == 16 for s in ta.launch_settings(torch.device("cpu"), torch.float32).values())
+    assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
+
+
+def test_each_kernel_launches_at_its_own_tile(monkeypatch):
+    """The forward at 32-row tiles, dk/dv and dq at 16, dkr at 32 (each kernel's own setting): the output and every
+    gradient equal those of every kernel at 16-row tiles (only the order of sums differs), on queries and keys that
+    are multiples of neither, with every term on."""
+    from xlnet_lite import triton_attention as ta
+
+    gen = torch.Generator().manual_seed(5)
+    N, Q, M, D = 2, 37, 6, 12
+    K, R = Q + M, 2 * Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D), kr=rand(1, N, D, R))
+    inputs.update(gain=rand(B, N, Q), seg_q=torch.randint(0, 2, (B, Q), generator=gen))
+    inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
+    grad = torch.randn(B, Q, N, D, generator=gen)
+    leaves = [name for name, t in inputs.items() if t.requires_grad]
+
+    def run():
+        for name in leaves:
+            inputs[name].grad = None
+        out = relative_attention(**inputs, qlen=Q)
+        out.backward(grad)
+        return out.detach(), [inputs[name].grad.clone() for name in leaves]
+
+    reference = run()
+    interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
+    launched = []
+    for kernel, tile in (("forward", 32), ("dk_dv", 16), ("dq", 16), ("dkr", 32)):
+        monkeypatch.setitem(interpreter, kernel, ta.Launch(tile, 1, 1))
+    for attr in ("_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dkr"):
+        kernel = getattr(ta, attr)
+
+        class Logged:
+            def __init__(self, kernel, attr):
+                self.kernel, self.attr = kernel, attr
+
+            def __getitem__(self, grid):
+                launched.append((self.attr, grid[0]))
+                return self.kernel[grid]
+
+        monkeypatch.setattr(ta, attr, Logged(kernel, attr))
+    out, grads = run()
+    # the grids follow each kernel's tile: 37 queries in 2 tiles of 32, 43 keys in 3 of 16, 80 distances in 3 of 32
+    assert launched == [("_attn_fwd", 2), ("_attn_bwd_dkdv", 3), ("_attn_bwd_dq", 3), ("_attn_bwd_dkr", 3)]
+    torch.testing.assert_close(out, reference[0], atol=1e-5, rtol=1e-5)
+    for name, g, r in zip(leaves, grads, reference[1]):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
 
 
 @pytest.mark.slow
@@ -483,12 +568,7 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
             "benchmarks.triton_resources",
             "--dtypes",
             "bf16",
-            "--tiles",
-            str(triton_attention.CUDA_TILE),
-            "--warps",
-            str(triton_attention.CUDA_WARPS),
-            "--stages",
-            str(triton_attention.CUDA_STAGES),
+            "--defaults",
             "--out",
             str(out),
         ],
@@ -506,6 +586,7 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     for row in rows:
         assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 400, row
         assert row["loop"]["mma"] > 0 and row["loop"]["instructions"] > row["loop"]["mma"], row
+        assert (row["tile"], row["warps"], row["stages"]) == tuple(triton_attention.LAUNCH["cuda"][row["kernel"]]), row
 
 
 @pytest.mark.slow
@@ -553,6 +634,8 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
         assert variants and set(variants) <= set(bench_gpu.NAMES) and any("triton" in v for v in variants)
     assert [a[a.index("--dropout") + 1] for a in calls["benchmarks.bench_triton_attention"]] == ["0"]
+    (kernel_args,) = calls["benchmarks.bench_triton_kernels"]  # at its base shape and default settings
+    assert kernel_args == ["--out", str(tmp_path / "out" / "triton_kernels_base.json")]
     (tmp_path / "profiled").mkdir()
     done, recorded = run_recording_python3(
         "benchmarks/run_triton_on_gpu.sh", tmp_path / "profiled", OUT=str(tmp_path / "out2"), PROFILE_S="60"

@@ -1,0 +1,255 @@
+"""Each fused attention kernel (xlnet_lite.triton_attention) timed alone, one `base` layer's content stream forward
+and backward (bench_triton_attention's inputs), at each launch setting and with each term of the scores changed:
+where the kernels' time goes and which setting suits each kernel.
+
+    python -m benchmarks.bench_triton_kernels [--shape base] [--runs 10] [--warmup 2] [--tiles 32 64] [--warps 4 8]
+                                              [--stages 1 2 3] [--variants block nomask noseg dropout dense]
+                                              [--out benchmarks/results/gpu/triton_kernels.json]
+
+Every launch of the four kernels (forward; the backward's dk/dv, dq and dkr) is timed by CUDA events around it (by the
+clock in Triton's interpreter on a CPU, --shape tiny, to check the script), summed by kernel over a step, the median of
+--runs steps after --warmup. Rows:
+
+- "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
+  masks in eager mode), dropout 0;
+- a kernel at each other (rows per tile, warps, stages) of --tiles x --warps x --stages, the others at their default
+  (a setting the device cannot launch, such as one past its shared memory, is named in the JSON's "refused");
+- each --variants at the defaults: the mask as the (B, Q, K) block (as a compiled model passes it), no mask, no
+  segments, dropout 0.1, and the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream
+  takes them, instead of the band computed inside).
+
+Each row's output and input gradients are compared with the default settings' in the same variant (the check: a
+setting changes only the order of sums). Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import statistics
+import sys
+import time
+
+import torch
+
+from benchmarks.bench_triton_attention import GRADS, SHAPES, make_inputs
+from benchmarks.environment import environment
+from xlnet_lite.modeling_xlnet_lite import positional_term
+from xlnet_lite.training import write_json
+
+KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
+VARIANTS = ("block", "nomask", "noseg", "dropout", "dense")
+
+
+@contextlib.contextmanager
+def kernels_replaced(wrap):
+    """The module's four kernels replaced by wrap(kernel, name) for the block (name: forward, dk_dv, dq, dkr), put
+    back after it."""
+    from xlnet_lite import triton_attention as ta
+
+    saved = {attr: getattr(ta, attr) for attr in KERNELS}
+    try:
+        for attr, name in KERNELS.items():
+            setattr(ta, attr, wrap(saved[attr], name))
+        yield
+    finally:
+        for attr, kernel in saved.items():
+            setattr(ta, attr, kernel)
+
+
+@contextlib.contextmanager
+def launch_settings_changed(table, changes):
+    """A table of triton_attention.LAUNCH (launch_settings(device, dtype)) with {kernel: Launch} changed for the
+    block, put back after it."""
+    saved = dict(table)
+    try:
+        table.update(changes)
+        yield
+    finally:
+        table.clear()
+        table.update(saved)
+
+
+class Timed:
+    """A kernel whose launches are timed into `log` as (name, start, end): CUDA events on a GPU, the clock in the
+    interpreter."""
+
+    def __init__(self, kernel, name, log, cuda):
+        self.kernel, self.name, self.log, self.cuda = kernel, name, log, cuda
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if self.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                self.kernel[grid](*args, **kwargs)
+                end.record()
+            else:
+                start = time.perf_counter()
+                self.kernel[grid](*args, **kwargs)
+                end = time.perf_counter()
+            self.log.append((self.name, start, end))
+
+        return launch
+
+
+def kernel_seconds(log, cuda):
+    """{kernel: seconds} summed over the launches logged."""
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = dict.fromkeys(KERNELS.values(), 0.0)
+    for name, start, end in log:
+        seconds[name] += start.elapsed_time(end) / 1000 if cuda else end - start
+    return seconds
+
+
+def attention(x, variant):
+    """One forward of the content stream's attention with the variant's change, on bench_triton_attention's
+    inputs."""
+    from xlnet_lite.triton_attention import relative_attention
+
+    positional = dict(qr=x["qr"], kr=x["kr"])
+    if variant == "dense":
+        positional = dict(pos=positional_term(x["qr"], x["kr"], qlen=x["Q"], klen=x["K"], query_pos=None))
+    segments = {} if variant == "noseg" else dict(gain=x["gain"], seg_q=x["seg_q"], seg_k=x["seg_k"])
+    blocked = {"block": x["blocked"], "nomask": None}.get(variant, x["ranks"])
+    return relative_attention(
+        x["qw"],
+        x["k"],
+        x["v"],
+        **positional,
+        **segments,
+        blocked=blocked,
+        dropout_p=0.1 if variant == "dropout" else 0.0,
+        qlen=x["Q"],
+    )
+
+
+def run(x, variant, runs, warmup, cuda):
+    """(median seconds of each kernel over `runs` steps after `warmup`, the first step's output and gradients)."""
+    log, times, first = [], [], None
+    with kernels_replaced(lambda kernel, name: Timed(kernel, name, log, cuda)):
+        for i in range(warmup + runs):
+            for name in GRADS:
+                x[name].grad = None
+            log.clear()
+            out = attention(x, variant)
+            out.backward(x["grad"])
+            seconds = kernel_seconds(log, cuda)
+            if first is None:
+                grads = [x[k].grad.detach().float().clone() for k in GRADS if x[k].grad is not None]
+                first = (out.detach().float(), grads)
+            if i >= warmup:
+                times.append(seconds)
+    return {k: statistics.median(t[k] for t in times) for k in KERNELS.values()}, first
+
+
+def largest_difference(a, b):
+    """The largest |a - b| over an output and its gradients (NaN if any is NaN)."""
+    (out_a, grads_a), (out_b, grads_b) = a, b
+    diffs = [(out_a - out_b).abs().max()] + [(g - h).abs().max() for g, h in zip(grads_a, grads_b)]
+    worst = torch.stack(diffs)
+    return float("nan") if worst.isnan().any() else worst.max().item()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=list(SHAPES), default="base")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--tiles", type=int, nargs="*", default=[32, 64], help="rows (and keys) per tile")
+    parser.add_argument("--warps", type=int, nargs="*", default=[4, 8])
+    parser.add_argument("--stages", type=int, nargs="*", default=[1, 2, 3], help="software-pipeline stages")
+    parser.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--out", default="benchmarks/results/gpu/triton_kernels.json")
+    args = parser.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if not cuda and args.shape != "tiny":
+        parser.error("without CUDA only --shape tiny runs (in Triton's interpreter, to check the script)")
+    if args.runs < 1 or args.warmup < 0:
+        parser.error("--runs must be at least 1 and --warmup at least 0")
+    for flag in ("tiles", "warps", "stages"):
+        if any(n < 1 for n in getattr(args, flag)):
+            parser.error(f"--{flag} takes whole numbers of at least 1")
+    if any(t < 16 or t & (t - 1) for t in args.tiles):
+        parser.error("--tiles takes powers of two of at least 16 (tl.dot's smallest)")
+    import triton
+
+    from xlnet_lite import triton_attention as ta
+
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    table = ta.launch_settings(device, dtype)
+    defaults = dict(table)
+    x = make_inputs(SHAPES[args.shape], device, dtype)
+    rows, refused, reference = [], {}, {}
+    command = "python -m benchmarks.bench_triton_kernels " + " ".join(sys.argv[1:] if argv is None else argv)
+    machine = environment()
+
+    def save(fastest=None):  # after every row: a run stopped by a time limit keeps the rows it finished
+        write_json(
+            args.out,
+            dict(
+                command=command,
+                environment=machine,
+                shape=SHAPES[args.shape],
+                dtype=str(dtype),
+                defaults={k: s._asdict() for k, s in defaults.items()},
+                rows=rows,
+                refused=refused,
+                fastest=fastest,
+            ),
+        )
+
+    def measure(label, variant, kernel=None, setting=None):
+        changes = {kernel: setting} if kernel else {}
+        try:
+            with launch_settings_changed(table, changes):
+                seconds, result = run(x, variant, args.runs, args.warmup, cuda)
+        except triton.runtime.errors.OutOfResources as error:  # past the device's shared memory or registers
+            refused[label] = str(error).splitlines()[0]
+            print(f"{label:<36} refused: {refused[label]}", flush=True)
+            save()
+            return
+        reference.setdefault(variant, result)
+        row = dict(
+            label=label,
+            variant=variant,
+            kernel=kernel,
+            setting=(setting or defaults[kernel])._asdict() if kernel else None,
+            median_s=seconds,
+            total_s=sum(seconds.values()),
+            max_abs_diff_vs_default=largest_difference(result, reference[variant]),
+        )
+        rows.append(row)
+        timed = "  ".join(f"{k} {1000 * s:7.3f}" for k, s in seconds.items())
+        print(f"{label:<36} ms: {timed}  total {1000 * row['total_s']:8.3f}  diff {row['max_abs_diff_vs_default']:.1e}")
+        save()
+
+    for variant in ["ranks", *args.variants]:
+        measure("default" if variant == "ranks" else variant, variant)
+    for kernel in defaults:
+        for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
+            setting = ta.Launch(tile, warps, stages)
+            if setting != defaults[kernel]:
+                measure(f"{kernel}_tile{tile}_warps{warps}_stages{stages}", "ranks", kernel, setting)
+    default = next(r for r in rows if r["label"] == "default")
+    fastest = {}
+    for kernel in defaults:
+        timed = [r for r in rows if r["variant"] == "ranks" and r["kernel"] in (kernel, None)]
+        best = min(timed, key=lambda r: r["median_s"][kernel])
+        fastest[kernel] = dict(
+            setting=(best["setting"] if best["kernel"] else defaults[kernel]._asdict()),
+            median_s=best["median_s"][kernel],
+            default_s=default["median_s"][kernel],
+        )
+        print(
+            f"{kernel:<6} fastest at {fastest[kernel]['setting']}: {1000 * fastest[kernel]['median_s']:.3f} ms "
+            f"(default {1000 * fastest[kernel]['default_s']:.3f})"
+        )
+    save(fastest)
+
+
+if __name__ == "__main__":
+    main()
