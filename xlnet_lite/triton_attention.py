@@ -678,19 +678,24 @@ def _attn_bwd_dkr(
             vt = tl.load(
                 VAL + b * sv_b + n * sv_n + (j0 + offs_t)[None, :] * sv_j + offs_d[:, None], mask=slab_ok, other=0.0
             )
-            s = tl.gather(tl.dot(qw, kt, input_precision=PREC), slab_of, 1)  # (BLOCK, BLOCK): row a, distance c
-            s += tl.dot(qr, krb, input_precision=PREC)
-            key = j0 + slab_of  # (BLOCK, BLOCK)
-            visible = (key >= 0) & (key < K) & (offs_m[:, None] < Q) & (offs_r[None, :] < R)
+            # the content and segment terms and the mask in the slab's layout (row a, slab column t: key j0 + t), where
+            # the keys' segment ids and ranks are vectors; then read at each distance and the positional term added
+            keys = j0 + offs_t
+            qk = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK, 2 BLOCK)
             if HAS_SEG:
-                seg_k = tl.load(SEGK + b * ssk_b + key, mask=visible, other=-1)
-                s += tl.where(seg_q[:, None] == seg_k, gain[:, None], 0.0)
+                seg_k = tl.load(SEGK + b * ssk_b + keys, mask=(keys >= 0) & (keys < K), other=-1)
+                qk += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
+            visible = ((keys >= 0) & (keys < K))[None, :] & (offs_m < Q)[:, None]
             if HAS_MASK:
-                visible &= _unmasked(BLK, b, offs_m[:, None], key, visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED)
-            p = tl.exp(tl.where(visible, s, float("-inf")) - lse[:, None])
+                band = (offs_t[None, :] >= offs_a[:, None]) & (offs_t[None, :] < offs_a[:, None] + BLOCK)  # read
+                visible &= _unmasked(
+                    BLK, b, offs_m[:, None], keys[None, :], visible & band, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED
+                )
+            s = tl.gather(tl.where(visible, qk, float("-inf")), slab_of, 1)  # (BLOCK, BLOCK): row a, distance c
+            p = tl.exp(s + tl.dot(qr, krb, input_precision=PREC) - lse[:, None])  # distances past R: never stored
             dp = tl.gather(tl.dot(do, vt, input_precision=PREC), slab_of, 1)
             if HAS_DROPOUT:
-                dp = dp * _kept(SEED, b * N + n, offs_m[:, None], key, Q, K, DROP_P)
+                dp = dp * _kept(SEED, b * N + n, offs_m[:, None], j0 + slab_of, Q, K, DROP_P)
             ds = p * (dp - delta[:, None])
             dkr += tl.dot(tl.trans(ds).to(qr.dtype), qr, input_precision=PREC)  # (BLOCK, BLOCK_D)
     tl.store(
