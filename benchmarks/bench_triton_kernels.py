@@ -6,20 +6,24 @@ where the kernels' time goes and which setting suits each kernel.
                                               [--stages 1 2 3] [--variants block nomask noseg dropout dense]
                                               [--out benchmarks/results/gpu/triton_kernels.json]
 
-Every launch of the four kernels (forward; the backward's dk/dv, dq and dkr) is timed by CUDA events around it (by the
-clock in Triton's interpreter on a CPU, --shape tiny, to check the script), summed by kernel over a step, the median of
---runs steps after --warmup. Rows:
+Every launch of the four kernels (forward; the backward's dk/dv, dq and dkr) is timed by CUDA events around it,
+the steps queued without a wait between them (on a CPU by the clock, in Triton's interpreter: TRITON_INTERPRET=1
+and --shape tiny, to check the script); a kernel's time is the median over --runs steps after --warmup of its
+launches' sum in a step, and a row's total the sum of those medians. Rows, in this order (each written to --out as it
+ends, so a run stopped by a time limit keeps the rows before):
 
 - "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
   masks in eager mode), dropout 0;
-- a kernel at each other (rows per tile, warps, stages) of --tiles x --warps x --stages, the others at their default
-  (a setting the device cannot launch, such as one past its shared memory, is named in the JSON's "refused");
+- each other (rows per tile, warps, stages) of --tiles x --warps x --stages, every kernel at it (each timed alone, so
+  one row gives each kernel's time at the setting); a setting the device cannot compile or launch, such as one past
+  its shared memory, is named with its error in the JSON's "refused";
 - each --variants at the defaults: the mask as the (B, Q, K) block (as a compiled model passes it), no mask, no
   segments, dropout 0.1, and the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream
   takes them, instead of the band computed inside).
 
-Each row's output and input gradients are compared with the default settings' in the same variant (the check: a
-setting changes only the order of sums). Not a test.
+"fastest" gives each kernel's fastest setting. The check: each setting's output and input gradients against the
+default row's (a setting changes only the order of sums), and the block's and the dense term's against it too (the
+same scores); the other variants compute other scores (None). Not a test.
 """
 
 from __future__ import annotations
@@ -72,11 +76,11 @@ def launch_settings_changed(table, changes):
 
 
 class Timed:
-    """A kernel whose launches are timed into `log` as (name, start, end): CUDA events on a GPU, the clock in the
-    interpreter."""
+    """A kernel whose launches are timed into the last log of `logs` (one a step) as (name, start, end): CUDA events
+    on a GPU, the clock in the interpreter."""
 
-    def __init__(self, kernel, name, log, cuda):
-        self.kernel, self.name, self.log, self.cuda = kernel, name, log, cuda
+    def __init__(self, kernel, name, logs, cuda):
+        self.kernel, self.name, self.logs, self.cuda = kernel, name, logs, cuda
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
@@ -89,15 +93,13 @@ class Timed:
                 start = time.perf_counter()
                 self.kernel[grid](*args, **kwargs)
                 end = time.perf_counter()
-            self.log.append((self.name, start, end))
+            self.logs[-1].append((self.name, start, end))
 
         return launch
 
 
 def kernel_seconds(log, cuda):
-    """{kernel: seconds} summed over the launches logged."""
-    if cuda:
-        torch.cuda.synchronize()
+    """{kernel: seconds} summed over the launches logged (their events complete)."""
     seconds = dict.fromkeys(KERNELS.values(), 0.0)
     for name, start, end in log:
         seconds[name] += start.elapsed_time(end) / 1000 if cuda else end - start
@@ -127,21 +129,22 @@ def attention(x, variant):
 
 
 def run(x, variant, runs, warmup, cuda):
-    """(median seconds of each kernel over `runs` steps after `warmup`, the first step's output and gradients)."""
-    log, times, first = [], [], None
-    with kernels_replaced(lambda kernel, name: Timed(kernel, name, log, cuda)):
-        for i in range(warmup + runs):
+    """(median seconds of each kernel over `runs` steps after `warmup`, the first step's output and gradients). The
+    steps are queued back to back and their events read after the last, so no launch waits on the CPU."""
+    logs, first = [], None
+    with kernels_replaced(lambda kernel, name: Timed(kernel, name, logs, cuda)):
+        for _ in range(warmup + runs):
             for name in GRADS:
                 x[name].grad = None
-            log.clear()
+            logs.append([])
             out = attention(x, variant)
             out.backward(x["grad"])
-            seconds = kernel_seconds(log, cuda)
             if first is None:
                 grads = [x[k].grad.detach().float().clone() for k in GRADS if x[k].grad is not None]
                 first = (out.detach().float(), grads)
-            if i >= warmup:
-                times.append(seconds)
+    if cuda:
+        torch.cuda.synchronize()
+    times = [kernel_seconds(log, cuda) for log in logs[warmup:]]
     return {k: statistics.median(t[k] for t in times) for k in KERNELS.values()}, first
 
 
@@ -174,8 +177,8 @@ def main(argv=None):
             parser.error(f"--{flag} takes whole numbers of at least 1")
     if any(t < 16 or t & (t - 1) for t in args.tiles):
         parser.error("--tiles takes powers of two of at least 16 (tl.dot's smallest)")
-    import triton
-
+    if any(w & (w - 1) for w in args.warps):
+        parser.error("--warps takes powers of two")
     from xlnet_lite import triton_attention as ta
 
     device = torch.device("cuda" if cuda else "cpu")
@@ -183,7 +186,7 @@ def main(argv=None):
     table = ta.launch_settings(device, dtype)
     defaults = dict(table)
     x = make_inputs(SHAPES[args.shape], device, dtype)
-    rows, refused, reference = [], {}, {}
+    rows, refused = [], {}
     command = "python -m benchmarks.bench_triton_kernels " + " ".join(sys.argv[1:] if argv is None else argv)
     machine = environment()
 
@@ -202,51 +205,54 @@ def main(argv=None):
             ),
         )
 
-    def measure(label, variant, kernel=None, setting=None):
-        changes = {kernel: setting} if kernel else {}
+    reference = None  # the default row's output and gradients
+
+    def measure(label, variant, setting=None):
+        nonlocal reference
+        changes = dict.fromkeys(defaults, setting) if setting else {}
         try:
             with launch_settings_changed(table, changes):
                 seconds, result = run(x, variant, args.runs, args.warmup, cuda)
-        except triton.runtime.errors.OutOfResources as error:  # past the device's shared memory or registers
-            refused[label] = str(error).splitlines()[0]
-            print(f"{label:<36} refused: {refused[label]}", flush=True)
+        except Exception as error:  # a setting past the device (shared memory, registers) or its compiler
+            refused[label] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+            print(f"{label:<28} refused: {refused[label]}", flush=True)
             save()
             return
-        reference.setdefault(variant, result)
+        if label == "default":
+            reference = result
+        same_scores = variant in ("ranks", "block", "dense") and reference is not None
         row = dict(
             label=label,
             variant=variant,
-            kernel=kernel,
-            setting=(setting or defaults[kernel])._asdict() if kernel else None,
+            settings={k: (setting or defaults[k])._asdict() for k in defaults},
             median_s=seconds,
             total_s=sum(seconds.values()),
-            max_abs_diff_vs_default=largest_difference(result, reference[variant]),
+            max_abs_diff_vs_default=largest_difference(result, reference) if same_scores else None,
         )
         rows.append(row)
         timed = "  ".join(f"{k} {1000 * s:7.3f}" for k, s in seconds.items())
-        print(f"{label:<36} ms: {timed}  total {1000 * row['total_s']:8.3f}  diff {row['max_abs_diff_vs_default']:.1e}")
+        diff = "-" if row["max_abs_diff_vs_default"] is None else f"{row['max_abs_diff_vs_default']:.1e}"
+        print(f"{label:<28} ms: {timed}  total {1000 * row['total_s']:8.3f}  diff {diff}", flush=True)
         save()
 
-    for variant in ["ranks", *args.variants]:
-        measure("default" if variant == "ranks" else variant, variant)
-    for kernel in defaults:
-        for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
-            setting = ta.Launch(tile, warps, stages)
-            if setting != defaults[kernel]:
-                measure(f"{kernel}_tile{tile}_warps{warps}_stages{stages}", "ranks", kernel, setting)
-    default = next(r for r in rows if r["label"] == "default")
+    measure("default", "ranks")
+    for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
+        setting = ta.Launch(tile, warps, stages)
+        if any(setting != s for s in defaults.values()):
+            measure(f"tile{tile}_warps{warps}_stages{stages}", "ranks", setting)
+    for variant in args.variants:
+        measure(variant, variant)
     fastest = {}
     for kernel in defaults:
-        timed = [r for r in rows if r["variant"] == "ranks" and r["kernel"] in (kernel, None)]
+        timed = [r for r in rows if r["variant"] == "ranks"]
+        if not timed:
+            break
         best = min(timed, key=lambda r: r["median_s"][kernel])
-        fastest[kernel] = dict(
-            setting=(best["setting"] if best["kernel"] else defaults[kernel]._asdict()),
-            median_s=best["median_s"][kernel],
-            default_s=default["median_s"][kernel],
-        )
+        fastest[kernel] = dict(setting=best["settings"][kernel], median_s=best["median_s"][kernel])
+        default = next((r["median_s"][kernel] for r in timed if r["label"] == "default"), None)
         print(
-            f"{kernel:<6} fastest at {fastest[kernel]['setting']}: {1000 * fastest[kernel]['median_s']:.3f} ms "
-            f"(default {1000 * fastest[kernel]['default_s']:.3f})"
+            f"{kernel:<6} fastest at {best['settings'][kernel]}: {1000 * best['median_s'][kernel]:.3f} ms"
+            + ("" if default is None else f" (default {1000 * default:.3f})")
         )
     save(fastest)
 

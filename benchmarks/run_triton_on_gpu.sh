@@ -21,14 +21,14 @@ python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name
 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), '| triton', triton.__version__,
 '| transformers', transformers.__version__)" 2>&1 | tee "$OUT/environment.txt"
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
-timeout "${TESTS_S:-100}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
+timeout "${TESTS_S:-90}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
     -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
 timeout "${KERNEL_S:-60}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
     --out "$OUT/triton_attention_base_dropout0.json" 2>&1 | tee "$OUT/bench_triton_attention.log"
-timeout "${KERNELS_S:-90}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
+timeout "${KERNELS_S:-110}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
     | tee "$OUT/bench_triton_kernels.log"
-timeout "${BENCH_S:-130}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
+timeout "${BENCH_S:-120}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
     lite_sdpa_cudnn_nodrop_bf16 lite_triton_nodrop_bf16 lite_triton_bf16 \
     --out "$OUT/model_base_triton.json" 2>&1 | tee "$OUT/bench_triton.log"
 echo "benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"
