@@ -10,11 +10,13 @@ as in flash attention: the scores live one (BLOCK_M, BLOCK_N) tile at a time and
 each row are written; the backward recomputes the tiles. The positional term r(i, j) = qlen - pos_i + j (rel_shift's
 index) comes in one of two forms:
 
-- banded (the content stream, pos_i = i): a tile's distances run over one band of BLOCK_M + BLOCK_N positions, so the
-  kernel multiplies qr by that band of positional keys (one (BLOCK_M, BLOCK_M + BLOCK_N) product) and reads each
-  score at its shifted index (tl.gather); the backward gathers the score gradient back into the band's layout for
-  dqr; a third backward kernel gives dkr a block of distances at a time, over the slab of keys those distances
-  reach from each block of queries (no atomics). No (Q, K) or (Q, R) tensor is written, forward or backward.
+- banded (the content stream, pos_i = i): a (B, B) tile's distances run over two halves of B positions, so the
+  kernel multiplies qr by each half's positional keys and reads each score at its shifted index (tl.gather); a loop
+  over keys carries the second half's product to the next tile, whose first half it is (one (B, B) product a tile).
+  The backward gathers the score gradient back into the halves' layout for dqr (a distance's two parts summed, then
+  multiplied once); a third backward kernel gives dkr a block of distances at a time, over the slab of keys those
+  distances reach from each block of queries (no atomics). No (Q, K) or (Q, R) tensor is written, forward or
+  backward.
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
@@ -51,6 +53,7 @@ def _tile_scores(
     qw,
     qr,
     kt,
+    band_lo,
     KR,
     POS,
     SEGK,
@@ -91,16 +94,25 @@ def _tile_scores(
     PREC: tl.constexpr,
 ):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
-    the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed. Also returns the band of positional keys it read
-    (BLOCK_D, BLOCK_M + BLOCK_N) (BAND; kt otherwise)."""
-    krt = kt
-    if BAND:
-        krt = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M, BLOCK_N)
+    the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed.
+
+    BAND (BLOCK_M = BLOCK_N = B): the tile's distances run over base + c, c in [0, 2B), base = qlen - (m0 + B - 1)
+    + n0: two halves of B distances, the first at base, the second at base + B. band_lo: qr times the positional keys
+    of the first half (B, B) fp32, which is the second half of the tile B keys before it on the same rows (so a loop
+    over keys carries it and multiplies each half once). Returns the scores, band_hi (qr times the second half's
+    keys; in the dense form, a placeholder) and those keys (BLOCK_D, B) (kt in the dense form)."""
+    krt_hi = kt
+    band_hi = band_lo
     s = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N)
     if BAND:
-        band = tl.dot(qr, krt, input_precision=PREC)  # (BLOCK_M, BLOCK_M + BLOCK_N): row a, distance band c
-        shift = tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + (BLOCK_M - 1)  # c of (a, b)
-        s += tl.gather(band, shift, 1)
+        tl.static_assert(BLOCK_M == BLOCK_N, "the banded form takes square tiles")
+        first = qlen - (m0 + BLOCK_M - 1) + n0 + BLOCK_N
+        krt_hi = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, first, R, D, BLOCK_N)
+        band_hi = tl.dot(qr, krt_hi, input_precision=PREC)  # (B, B): row a, distance base + B + j
+        c = tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + (BLOCK_M - 1)  # distance of (a, b)
+        lo = tl.gather(band_lo, tl.minimum(c, BLOCK_N - 1), 1)
+        hi = tl.gather(band_hi, tl.maximum(c - BLOCK_N, 0), 1)
+        s += tl.where(c < BLOCK_N, lo, hi)
     else:
         pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
         s += tl.load(pos, mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K), other=0.0).to(tl.float32)
@@ -110,7 +122,7 @@ def _tile_scores(
     visible = (offs_n < K)[None, :] & (offs_m < Q)[:, None]
     if HAS_MASK:
         visible &= _unmasked(BLK, b, offs_m[:, None], offs_n[None, :], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED)
-    return tl.where(visible, s, float("-inf")), krt
+    return tl.where(visible, s, float("-inf")), band_hi, krt_hi
 
 
 @triton.jit
@@ -151,12 +163,42 @@ def _unmasked(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED: t
 
 
 @triton.jit
-def _band_keys(kr_base, skr_d, skr_r, offs_d, m0, n0, qlen, R, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The positional keys a tile at rows m0.., keys n0.. reads: distances qlen - (m0 + BLOCK_M - 1) + n0 + c for c
-    in [0, BLOCK_M + BLOCK_N), transposed (BLOCK_D, BLOCK_M + BLOCK_N); 0 past either end of R."""
-    offs_r = qlen - (m0 + BLOCK_M - 1) + n0 + tl.arange(0, BLOCK_M + BLOCK_N)
+def _band_keys(kr_base, skr_d, skr_r, offs_d, first, R, D, BLOCK: tl.constexpr):
+    """The positional keys at distances first + j for j in [0, BLOCK), transposed (BLOCK_D, BLOCK); 0 past either end
+    of R."""
+    offs_r = first + tl.arange(0, BLOCK)
     ok = (offs_d[:, None] < D) & (offs_r[None, :] >= 0) & (offs_r[None, :] < R)
     return tl.load(kr_base + offs_d[:, None] * skr_d + offs_r[None, :] * skr_r, mask=ok, other=0.0)
+
+
+@triton.jit
+def _band_lo(
+    qr,
+    KR,
+    b,
+    n,
+    m0,
+    n0,
+    offs_d,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    qlen,
+    R,
+    D,
+    PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BAND: tl.constexpr,
+):
+    """band_lo of the tile at rows m0.., keys n0.. (_tile_scores) and the positional keys it multiplies (BLOCK_D, B);
+    in the dense form zeros (a placeholder)."""
+    if BAND:
+        first = qlen - (m0 + BLOCK_M - 1) + n0
+        krt = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, first, R, D, BLOCK_N)
+        return tl.dot(qr, krt, input_precision=PREC), krt
+    return tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([offs_d.shape[0], BLOCK_N], qr.dtype)
 
 
 @triton.jit
@@ -234,14 +276,18 @@ def _attn_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    band_lo, _ = _band_lo(
+        qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
+    )
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, krt = _tile_scores(
+        s, band_lo, _ = _tile_scores(  # the next tile's band_lo: this one's band_hi
             qw,
             qr,
             kt,
+            band_lo,
             KR,
             POS,
             SEGK,
@@ -379,10 +425,14 @@ def _attn_bwd_dkdv(
             QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
         )
         do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
-        s, krt = _tile_scores(
+        band_lo, _ = _band_lo(
+            qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
+        )  # other rows each turn: both halves
+        s, _, _ = _tile_scores(
             qw,
             qr,
             kt,
+            band_lo,
             KR,
             POS,
             SEGK,
@@ -514,19 +564,27 @@ def _attn_bwd_dq(
     dqw = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dqr = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dgain = tl.zeros([BLOCK_M], tl.float32)
-    # band column c of row a holds key b = c + a - (BLOCK_M - 1) of the tile
-    key_of = tl.arange(0, BLOCK_M + BLOCK_N)[None, :] + tl.arange(0, BLOCK_M)[:, None] - (BLOCK_M - 1)
-    in_tile = (key_of >= 0) & (key_of < BLOCK_N)
-    key_of = tl.minimum(tl.maximum(key_of, 0), BLOCK_N - 1)
+    # column j of a tile's first half of distances holds, in row a, key j + a - (B - 1) of the tile; of its second
+    # half key j + a + 1. The scores' gradient read so gives dqr = sum over distances of dS times the positional key;
+    # a distance is the second half of one tile and the first of the next, so its two parts are summed (carry) and
+    # multiplied once
+    j_plus_a = tl.arange(0, BLOCK_N)[None, :] + tl.arange(0, BLOCK_M)[:, None]
+    in_lo, key_lo = j_plus_a >= BLOCK_M - 1, tl.maximum(j_plus_a - (BLOCK_M - 1), 0)
+    in_hi, key_hi = j_plus_a + 1 < BLOCK_N, tl.minimum(j_plus_a + 1, BLOCK_N - 1)
+    band_lo, kr_lo = _band_lo(
+        qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
+    )
+    carry = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # the previous tile's second half of dS
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, krt = _tile_scores(
+        s, band_hi, kr_hi = _tile_scores(
             qw,
             qr,
             kt,
+            band_lo,
             KR,
             POS,
             SEGK,
@@ -573,8 +631,10 @@ def _attn_bwd_dq(
         ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
         dqw += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=PREC)
         if BAND:
-            dband = tl.where(in_tile, tl.gather(ds, key_of, 1), 0.0)  # (BLOCK_M, BLOCK_M + BLOCK_N)
-            dqr += tl.dot(dband.to(krt.dtype), tl.trans(krt), input_precision=PREC)
+            d_lo = tl.where(in_lo, tl.gather(ds, key_lo, 1), 0.0) + carry  # (B, B): the first half's distances
+            dqr += tl.dot(d_lo.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
+            carry = tl.where(in_hi, tl.gather(ds, key_hi, 1), 0.0)
+            band_lo, kr_lo = band_hi, kr_hi
         else:
             tl.store(
                 DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :],
@@ -584,6 +644,8 @@ def _attn_bwd_dq(
         if HAS_SEG:
             seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1)
             dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
+    if BAND:  # the last tile's second half
+        dqr += tl.dot(carry.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
     tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
     tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
     if HAS_SEG:
