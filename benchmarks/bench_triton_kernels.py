@@ -3,7 +3,7 @@ and backward (bench_triton_attention's inputs), at each launch setting and with 
 where the kernels' time goes and which setting suits each kernel.
 
     python -m benchmarks.bench_triton_kernels [--shape base] [--runs 10] [--warmup 2] [--tiles 32 64] [--warps 4 8]
-                                              [--stages 1 2 3] [--variants block nomask noseg dropout dense]
+                                              [--stages 1 2 3] [--variants dkr_atomic block dense nomask noseg dropout]
                                               [--out benchmarks/results/gpu/triton_kernels.json]
 
 Every launch of the four kernels (forward; the backward's dk/dv, dq and dkr) is timed by CUDA events around it,
@@ -14,16 +14,16 @@ ends, so a run stopped by a time limit keeps the rows before):
 
 - "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
   masks in eager mode), dropout 0;
+- each --variants at the defaults: dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel), the mask as
+  the (B, Q, K) block (as a compiled model passes it), the positional term dense (the (B, N, Q, K) shifted scores
+  read, as the query stream takes them, instead of the band computed inside), no mask, no segments, dropout 0.1;
 - each other (rows per tile, warps, stages) of --tiles x --warps x --stages, every kernel at it (each timed alone, so
   one row gives each kernel's time at the setting); a setting the device cannot compile or launch, such as one past
-  its shared memory, is named with its error in the JSON's "refused";
-- each --variants at the defaults: the mask as the (B, Q, K) block (as a compiled model passes it), no mask, no
-  segments, dropout 0.1, and the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream
-  takes them, instead of the band computed inside).
+  its shared memory, is named with its error in the JSON's "refused".
 
 "fastest" gives each kernel's fastest setting. The check: each setting's output and input gradients against the
-default row's (a setting changes only the order of sums), and the block's and the dense term's against it too (the
-same scores); the other variants compute other scores (None). Not a test.
+default row's (a setting changes only the order of sums), and the block's, the dense term's and the atomic dkr's
+against it too (the same scores); the other variants compute other scores (None). Not a test.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
 KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
-VARIANTS = ("block", "nomask", "noseg", "dropout", "dense")
+VARIANTS = ("dkr_atomic", "block", "dense", "nomask", "noseg", "dropout")
 
 
 @contextlib.contextmanager
@@ -198,7 +198,7 @@ def main(argv=None):
                 environment=machine,
                 shape=SHAPES[args.shape],
                 dtype=str(dtype),
-                defaults={k: s._asdict() for k, s in defaults.items()},
+                defaults={k: s and s._asdict() for k, s in defaults.items()},
                 rows=rows,
                 refused=refused,
                 fastest=fastest,
@@ -210,6 +210,8 @@ def main(argv=None):
     def measure(label, variant, setting=None):
         nonlocal reference
         changes = dict.fromkeys(defaults, setting) if setting else {}
+        if variant == "dkr_atomic":
+            changes["dkr"] = None  # no dkr kernel: dq adds dkr up
         try:
             with launch_settings_changed(table, changes):
                 seconds, result = run(x, variant, args.runs, args.warmup, cuda)
@@ -220,11 +222,11 @@ def main(argv=None):
             return
         if label == "default":
             reference = result
-        same_scores = variant in ("ranks", "block", "dense") and reference is not None
+        same_scores = variant in ("ranks", "block", "dense", "dkr_atomic") and reference is not None
         row = dict(
             label=label,
             variant=variant,
-            settings={k: (setting or defaults[k])._asdict() for k in defaults},
+            settings={k: s and s._asdict() for k, s in {**defaults, **changes}.items()},
             median_s=seconds,
             total_s=sum(seconds.values()),
             max_abs_diff_vs_default=largest_difference(result, reference) if same_scores else None,
@@ -236,12 +238,12 @@ def main(argv=None):
         save()
 
     measure("default", "ranks")
+    for variant in args.variants:
+        measure(variant, variant)
     for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
         setting = ta.Launch(tile, warps, stages)
         if any(setting != s for s in defaults.values()):
             measure(f"tile{tile}_warps{warps}_stages{stages}", "ranks", setting)
-    for variant in args.variants:
-        measure(variant, variant)
     fastest = {}
     for kernel in defaults:
         timed = [r for r in rows if r["variant"] == "ranks"]

@@ -11,12 +11,14 @@ instructions, how many are tensor-core matrix multiplies (HMMA, or HGMMA where T
 and how many move data (shuffles between threads, shared-memory loads and stores, barriers, global loads, local memory).
 
     python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--warps 4 8] [--stages 1 2 3]
-                                          [--dtypes bf16 fp32] [--variants dropout block nomask noseg] [--out FILE]
+                                          [--dtypes bf16 fp32] [--variants dropout block nomask noseg atomic]
+                                          [--out FILE]
     python -m benchmarks.triton_resources --defaults [--dtypes bf16] ...   (each kernel at the library's setting)
 
 The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
 factorization masks in eager mode); --variants adds a step for each change named (several joined by '+'): dropout 0.1
-on the probabilities, the masks as (B, Q, K) blocks (as a compiled model passes them), no mask, no segments.
+on the probabilities, the masks as (B, Q, K) blocks (as a compiled model passes them), no mask, no segments, dkr added
+up in dq by atomic adds (no dkr kernel).
 
 A check of settings before a GPU is at hand, not a timing: which settings run at all, which spill, and how much of a
 tile's work is other than the matrix multiplies.
@@ -51,7 +53,7 @@ from xlnet_lite.training import write_json  # noqa: E402
 TRITON_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")  # ptxas, cuobjdump
 SHARED_LIMIT = {90: 232448, 80: 166912, 86: 101376, 89: 101376}  # bytes of shared memory a block may use
 SHAPE = dict(B=2, N=12, T=512, M=384, D=64, P=85)  # `base`'s attention at XLNet's pretraining shapes (B: see below)
-CHANGES = ("dropout", "block", "nomask", "noseg")
+CHANGES = ("dropout", "block", "nomask", "noseg", "atomic")
 
 
 def recorded_launches(dtype, settings, variant=None):
@@ -65,6 +67,8 @@ def recorded_launches(dtype, settings, variant=None):
     from xlnet_lite import modeling_xlnet_lite as modeling
 
     changes = set(variant.split("+")) if variant else set()
+    if "atomic" in changes:
+        settings = {**settings, "dkr": None}  # no dkr kernel: dq adds dkr up
     B, N, T, M, D, P = (SHAPE[k] for k in "BNTMDP")
     calls = []
 

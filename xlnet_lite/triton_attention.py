@@ -202,6 +202,15 @@ def _band_lo(
 
 
 @triton.jit
+def _add_dkr(DKR, row, first, d, qr, offs_d, R, D, PREC: tl.constexpr):
+    """DKR[row, first + j] += sum over a of d[a, j] qr[a] (atomic adds; distances outside [0, R) left out)."""
+    part = tl.dot(tl.trans(d).to(qr.dtype), qr, input_precision=PREC)  # (B, BLOCK_D)
+    offs_r = first + tl.arange(0, d.shape[1])
+    ok = ((offs_r >= 0) & (offs_r < R))[:, None] & (offs_d < D)[None, :]
+    tl.atomic_add(DKR + (row * R + offs_r[:, None]) * D + offs_d[None, :], part, mask=ok, sem="relaxed")
+
+
+@triton.jit
 def _kept(SEED, bn, rows, keys, Q, K, DROP_P):
     """Dropout on the probabilities: 1 / (1 - p) where the probability of (row, key) is kept, 0 where it is dropped.
     Philox numbers from the call's seed and the score's place in (B * N, Q, K), so every kernel draws the same."""
@@ -508,6 +517,7 @@ def _attn_bwd_dq(
     DQR,
     DPOS,
     DGAIN,
+    DKR,
     sq_b,
     sq_n,
     sq_m,
@@ -541,6 +551,7 @@ def _attn_bwd_dq(
     qlen,
     diag,
     DROP_P,
+    kr_rows,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -550,9 +561,12 @@ def _attn_bwd_dq(
     RANKED: tl.constexpr,
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
+    DKR_ATOMIC: tl.constexpr,
 ):
     """dqw, dqr, dgain of one block of queries over every block of keys; in the dense form the (B, N, Q, K)
-    positional scores' gradient DPOS too (the banded form's dkr is _attn_bwd_dkr's)."""
+    positional scores' gradient DPOS too. The banded form's dkr is _attn_bwd_dkr's, or with DKR_ATOMIC added here
+    into DKR (kr_rows, N, R, D) fp32 (zeros before) by atomic adds: for each distance, the score gradient's two parts
+    (as for dqr) times qr."""
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
@@ -633,6 +647,8 @@ def _attn_bwd_dq(
         if BAND:
             d_lo = tl.where(in_lo, tl.gather(ds, key_lo, 1), 0.0) + carry  # (B, B): the first half's distances
             dqr += tl.dot(d_lo.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
+            if DKR_ATOMIC:
+                _add_dkr(DKR, b % kr_rows * N + n, qlen - (m0 + BLOCK_M - 1) + n0, d_lo, qr, offs_d, R, D, PREC)
             carry = tl.where(in_hi, tl.gather(ds, key_hi, 1), 0.0)
             band_lo, kr_lo = band_hi, kr_hi
         else:
@@ -646,6 +662,9 @@ def _attn_bwd_dq(
             dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
     if BAND:  # the last tile's second half
         dqr += tl.dot(carry.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
+        if DKR_ATOMIC:
+            last = qlen - (m0 + BLOCK_M - 1) + (tl.cdiv(K, BLOCK_N) - 1) * BLOCK_N + BLOCK_N
+            _add_dkr(DKR, b % kr_rows * N + n, last, carry, qr, offs_d, R, D, PREC)
     tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
     tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
     if HAS_SEG:
@@ -790,7 +809,9 @@ KERNELS = ("forward", "dk_dv", "dq", "dkr")
 # dropout 0, 14.9 against 21.7 at 0.1) and 1.4-1.7x faster than 64-row tiles, spills and all. fp32 keeps 8 warps and
 # one stage, the setting its CUDA tests passed at, within 64 KiB of shared memory (at 64-row tiles three stages would
 # need 330 KiB for dkr, past an H100's 227); dkr at one stage in any precision stays within the 99 KiB of sm_86/89
-# cards. Each kernel's setting is its own (benchmarks/bench_triton_kernels.py times each kernel at each setting).
+# cards. Each kernel's setting is its own (benchmarks/bench_triton_kernels.py times each kernel at each setting); dkr's
+# None launches no dkr kernel: dq adds each tile's part of dkr by atomic adds (no recomputation of the scores for dkr,
+# but the sum's order, and so its last bits, varies from run to run on a GPU).
 LAUNCH = {
     "cuda": {"forward": Launch(32, 4, 3), "dk_dv": Launch(32, 4, 3), "dq": Launch(32, 4, 3), "dkr": Launch(32, 4, 1)},
     "cuda_fp32": dict.fromkeys(KERNELS, Launch(32, 8, 1)),
@@ -806,7 +827,7 @@ def launch_settings(device, dtype):
 
 
 def _launch(kernel, device, dtype):
-    """(tile, launch options) of one kernel."""
+    """(tile, launch options) of one kernel (dkr's setting None: no dkr kernel, dq adds dkr up)."""
     setting = launch_settings(device, dtype)[kernel]
     return setting.tile, dict(num_warps=setting.warps, num_stages=setting.stages)
 
@@ -880,6 +901,9 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
+    dkr_atomic = kr is not None and launch_settings(qw.device, qw.dtype)["dkr"] is None
+    if dkr_atomic:
+        dkr.zero_()  # dq adds into it
     block, launch = _launch("dk_dv", qw.device, qw.dtype)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
         *args.pointers,
@@ -914,6 +938,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         dqr,
         dpos if kr is None else lse,
         dgain if gain is not None else lse,
+        dkr if kr is not None else lse,
         *args.strides,
         *_out_strides(dout),
         N,
@@ -924,13 +949,15 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         qlen,
         args.diag,
         dropout_p,
+        kr.shape[0] if kr is not None else 1,
         BLOCK_M=block,
         BLOCK_N=block,
         BLOCK_D=_block_d(D),
         **args.flags,
+        DKR_ATOMIC=dkr_atomic,
         **launch,
     )
-    if kr is not None:
+    if kr is not None and not dkr_atomic:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
         strides = args.strides[:13] + args.strides[17:]  # without pos's
         block, launch = _launch("dkr", qw.device, qw.dtype)

@@ -306,6 +306,40 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_kernels_add_dkr_up_in_dq_as_the_dkr_kernel_gives_it(dtype, monkeypatch):
+    """Compiled at `base`'s head size over several tiles and distance blocks, every term on: with dkr's launch setting
+    None (no dkr kernel; dq adds dkr up by atomic adds) every gradient as with the dkr kernel, positional keys shared by
+    the batch and one per row (fp32: to float rounding; bf16: to its rounding of the score gradient)."""
+    from xlnet_lite import triton_attention as ta
+
+    gen = torch.Generator().manual_seed(2)
+    batch, N, Q, M, D = 2, 2, 150, 70, 64
+    K = Q + M
+
+    def rand(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen)).to(CUDA, dtype).requires_grad_()
+
+    qw, qr = rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5)
+    k, v, gain = rand(batch, N, K, D), rand(batch, N, K, D), rand(batch, N, Q, scale=0.1)
+    seg_q = torch.randint(0, 2, (batch, Q), generator=gen).to(CUDA)
+    seg_k = torch.randint(0, 2, (batch, K), generator=gen).to(CUDA)
+    blocked = (torch.rand(batch, Q, K, generator=gen) < 0.3).to(CUDA)
+    grad_out = torch.randn(batch, Q, N, D, generator=gen).to(CUDA, dtype)
+    for kr in (rand(1, N, D, Q + K), rand(batch, N, D, Q + K)):
+        inputs = (qw, qr, k, v, kr, gain)
+        grads = []
+        for dkr in (ta.launch_settings(torch.device(CUDA), dtype)["dkr"], None):
+            monkeypatch.setitem(ta.launch_settings(torch.device(CUDA), dtype), "dkr", dkr)
+            out = ta.relative_attention(
+                qw, k, v, qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q
+            )
+            grads.append(torch.autograd.grad((out * grad_out).sum(), inputs))
+        for name, a, b in zip(("qw", "qr", "k", "v", "kr", "gain"), *grads):
+            scale, tolerance = b.float().abs().max().item(), 1e-5 if dtype == torch.float32 else 2e-2
+            assert scale > 0 and (a.float() - b.float()).abs().max().item() <= scale * tolerance, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_kernels_at_base_head_size_over_many_tiles(dtype):
     """The fused Triton kernels compiled at `base`'s head size 64 over several 64-row tiles and distance blocks (150
     queries, a memory of 70, positional keys shared by the batch, segments, a perm-style mask): output and every

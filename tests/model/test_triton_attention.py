@@ -392,9 +392,10 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
 @pytest.mark.slow
 def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path):
     """benchmarks/bench_triton_kernels.py at its CPU shape: every kernel timed in the default row, at the other setting
-    (every kernel at it) and in each variant (dkr not launched when the positional term is dense); a setting only
-    reorders sums, and the mask as the block and the dense positional term compute the same scores (each within
-    1e-5 of the default's output and gradients); each kernel's fastest setting is the faster of the two timed."""
+    (every kernel at it) and in each variant (dkr not launched when the positional term is dense or dq adds dkr up);
+    a setting only reorders sums, and the mask as the block, the dense positional term and dkr added up in dq give
+    the same scores and gradients (each within 1e-5 of the default's); each kernel's fastest setting is the faster of
+    the two timed."""
     import json
 
     from benchmarks import bench_triton_kernels as bench
@@ -404,10 +405,11 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
     bench.main([*flags, "--out", str(out)])
     result = json.loads(out.read_text())
     rows = {r["label"]: r for r in result["rows"]}
-    assert list(rows) == ["default", "tile32_warps1_stages1", *bench.VARIANTS] and not result["refused"]
+    assert list(rows) == ["default", *bench.VARIANTS, "tile32_warps1_stages1"] and not result["refused"]
     for label, row in rows.items():
         timed = {k for k, s in row["median_s"].items() if s > 0}
-        assert timed == ({"forward", "dk_dv", "dq"} if label == "dense" else {"forward", "dk_dv", "dq", "dkr"}), label
+        no_dkr = label in ("dense", "dkr_atomic")
+        assert timed == ({"forward", "dk_dv", "dq"} if no_dkr else {"forward", "dk_dv", "dq", "dkr"}), label
         if label in ("nomask", "noseg", "dropout"):  # other scores: no check
             assert row["max_abs_diff_vs_default"] is None, label
         else:
@@ -586,6 +588,46 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("kr_rows, dropout", [(1, 0.0), (B, 0.1)])
+def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout):
+    """dkr's launch setting None: no dkr kernel launched, dq adds dkr up by atomic adds; every gradient as with the dkr
+    kernel (the same dropout mask drawn), with positional keys shared by the batch and one per row, over several
+    tiles of keys and distances, every term on."""
+    from xlnet_lite import triton_attention as ta
+
+    gen = torch.Generator().manual_seed(11)
+    N, Q, M, D = 2, 35, 9, 12
+    K, R = Q + M, 2 * Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D))
+    inputs.update(kr=rand(kr_rows, N, D, R), gain=rand(B, N, Q), seg_q=torch.randint(0, 2, (B, Q), generator=gen))
+    inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
+    grad = torch.randn(B, Q, N, D, generator=gen)
+    leaves = [name for name, t in inputs.items() if t.requires_grad]
+
+    def run():
+        for name in leaves:
+            inputs[name].grad = None
+        torch.manual_seed(0)  # the dropout's seed
+        relative_attention(**inputs, dropout_p=dropout, qlen=Q).backward(grad)
+        return [inputs[name].grad.clone() for name in leaves]
+
+    reference = run()
+
+    class NotLaunched:
+        def __getitem__(self, grid):
+            raise AssertionError("the dkr kernel was launched")
+
+    monkeypatch.setitem(ta.launch_settings(torch.device("cpu"), torch.float32), "dkr", None)
+    monkeypatch.setattr(ta, "_attn_bwd_dkr", NotLaunched())
+    for name, g, r in zip(leaves, run(), reference):
+        assert g.abs().max() > 0, name
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+
+
 @pytest.mark.slow
 def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     """benchmarks/triton_resources.py compiles for sm_90 here (no GPU needed) the launches of a training step at the
@@ -669,7 +711,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 16 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 18 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
