@@ -537,21 +537,18 @@ def test_cuda_launch_settings_by_precision():
     assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
 
 
-def test_each_kernel_launches_at_its_own_tile(monkeypatch):
-    """The forward at 32-row tiles, dk/dv and dq at 16, dkr at 32 (each kernel's own setting): the output and every
-    gradient equal those of every kernel at 16-row tiles (only the order of sums differs), on queries and keys that
-    are multiples of neither, with every term on."""
-    from xlnet_lite import triton_attention as ta
-
-    gen = torch.Generator().manual_seed(5)
-    N, Q, M, D = 2, 37, 6, 12
+def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, N=2, D=12):
+    """A step of the banded form with every term on (segments, a mask blocking 40% of the keys, queries and keys not
+    multiples of a tile) on seeded inputs: a function returning the output and the gradients of qw, k, v, qr, kr and
+    gain (the dropout's seed the same each call)."""
+    gen = torch.Generator().manual_seed(seed)
     K, R = Q + M, 2 * Q + M
 
     def rand(*shape):
         return torch.randn(*shape, generator=gen).requires_grad_()
 
-    inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D), kr=rand(1, N, D, R))
-    inputs.update(gain=rand(B, N, Q), seg_q=torch.randint(0, 2, (B, Q), generator=gen))
+    inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D))
+    inputs.update(kr=rand(kr_rows, N, D, R), gain=rand(B, N, Q), seg_q=torch.randint(0, 2, (B, Q), generator=gen))
     inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
     grad = torch.randn(B, Q, N, D, generator=gen)
     leaves = [name for name, t in inputs.items() if t.requires_grad]
@@ -559,10 +556,21 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
     def run():
         for name in leaves:
             inputs[name].grad = None
-        out = relative_attention(**inputs, qlen=Q)
+        torch.manual_seed(0)
+        out = relative_attention(**inputs, dropout_p=dropout, qlen=Q)
         out.backward(grad)
         return out.detach(), [inputs[name].grad.clone() for name in leaves]
 
+    return run
+
+
+def test_each_kernel_launches_at_its_own_tile(monkeypatch):
+    """The forward at 32-row tiles, dk/dv and dq at 16, dkr at 32 (each kernel's own setting): the output and every
+    gradient equal those of every kernel at 16-row tiles (only the order of sums differs), on queries and keys that
+    are multiples of neither, with every term on."""
+    from xlnet_lite import triton_attention as ta
+
+    run = banded_step(seed=5, Q=37, M=6)
     reference = run()
     interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
     launched = []
@@ -581,6 +589,7 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
 
         monkeypatch.setattr(ta, attr, Logged(kernel, attr))
     out, grads = run()
+    leaves = ("qw", "k", "v", "qr", "kr", "gain")
     # the grids follow each kernel's tile: 37 queries in 2 tiles of 32, 43 keys in 3 of 16, 80 distances in 3 of 32
     assert launched == [("_attn_fwd", 2), ("_attn_bwd_dkdv", 3), ("_attn_bwd_dq", 3), ("_attn_bwd_dkr", 3)]
     torch.testing.assert_close(out, reference[0], atol=1e-5, rtol=1e-5)
@@ -595,27 +604,8 @@ def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout)
     tiles of keys and distances, every term on."""
     from xlnet_lite import triton_attention as ta
 
-    gen = torch.Generator().manual_seed(11)
-    N, Q, M, D = 2, 35, 9, 12
-    K, R = Q + M, 2 * Q + M
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=gen).requires_grad_()
-
-    inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D))
-    inputs.update(kr=rand(kr_rows, N, D, R), gain=rand(B, N, Q), seg_q=torch.randint(0, 2, (B, Q), generator=gen))
-    inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
-    grad = torch.randn(B, Q, N, D, generator=gen)
-    leaves = [name for name, t in inputs.items() if t.requires_grad]
-
-    def run():
-        for name in leaves:
-            inputs[name].grad = None
-        torch.manual_seed(0)  # the dropout's seed
-        relative_attention(**inputs, dropout_p=dropout, qlen=Q).backward(grad)
-        return [inputs[name].grad.clone() for name in leaves]
-
-    reference = run()
+    run = banded_step(seed=11, Q=35, M=9, kr_rows=kr_rows, dropout=dropout)
+    reference = run()[1]
 
     class NotLaunched:
         def __getitem__(self, grid):
@@ -623,9 +613,9 @@ def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout)
 
     monkeypatch.setitem(ta.launch_settings(torch.device("cpu"), torch.float32), "dkr", None)
     monkeypatch.setattr(ta, "_attn_bwd_dkr", NotLaunched())
-    for name, g, r in zip(leaves, run(), reference):
-        assert g.abs().max() > 0, name
-        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+    for i, (g, r) in enumerate(zip(run()[1], reference)):
+        assert g.abs().max() > 0, i
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=str(i))
 
 
 @pytest.mark.slow
