@@ -132,7 +132,7 @@ class Tiled:
         from xlnet_lite import triton_attention as ta
 
         table = ta.launch_settings(x["qw"].device, x["qw"].dtype)
-        changes = {kernel: ta.Launch(self.tile, self.warps, s.stages) for kernel, s in table.items()}
+        changes = {k: ta.Launch(self.tile, self.warps, s.stages) for k, s in table.items() if s is not None}
         with launch_settings_changed(table, changes):
             return step(lambda x, dropout: triton_path(x, dropout, self.ranks), x, dropout, backward)
 

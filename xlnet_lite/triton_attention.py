@@ -11,12 +11,14 @@ each row are written; the backward recomputes the tiles. The positional term r(i
 index) comes in one of two forms:
 
 - banded (the content stream, pos_i = i): a (B, B) tile's distances run over two halves of B positions, so the
-  kernel multiplies qr by each half's positional keys and reads each score at its shifted index (tl.gather); a loop
-  over keys carries the second half's product to the next tile, whose first half it is (one (B, B) product a tile).
-  The backward gathers the score gradient back into the halves' layout for dqr (a distance's two parts summed, then
-  multiplied once); a third backward kernel gives dkr a block of distances at a time, over the slab of keys those
-  distances reach from each block of queries (no atomics). No (Q, K) or (Q, R) tensor is written, forward or
-  backward.
+  kernel multiplies qr by each half's positional keys and reads each score at its shifted index (tl.gather); the
+  loops over keys (the forward's, dq's) carry the second half's product to the next tile, whose first half it is
+  (one (B, B) product a tile; dk/dv, whose rows change each turn, makes both). dq gathers the score gradient back
+  into the halves' layout for dqr (a distance's two parts summed, then multiplied once); a third backward kernel
+  gives dkr a block of distances at a time, over the slab of keys those distances reach from each block of queries
+  (no atomics), or, with dkr's launch setting None, dq adds dkr up by atomic adds (the sum's order, and so its last
+  bits, then vary from run to run; not while torch.use_deterministic_algorithms is on). No (Q, K) or (Q, R) tensor
+  is written, forward or backward.
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
@@ -811,7 +813,8 @@ KERNELS = ("forward", "dk_dv", "dq", "dkr")
 # need 330 KiB for dkr, past an H100's 227); dkr at one stage in any precision stays within the 99 KiB of sm_86/89
 # cards. Each kernel's setting is its own (benchmarks/bench_triton_kernels.py times each kernel at each setting); dkr's
 # None launches no dkr kernel: dq adds each tile's part of dkr by atomic adds (no recomputation of the scores for dkr,
-# but the sum's order, and so its last bits, varies from run to run on a GPU).
+# but the sum's order, and so its last bits, varies from run to run on a GPU; the dkr kernel runs instead while
+# torch.use_deterministic_algorithms is on).
 LAUNCH = {
     "cuda": {"forward": Launch(32, 4, 3), "dk_dv": Launch(32, 4, 3), "dq": Launch(32, 4, 3), "dkr": Launch(32, 4, 1)},
     "cuda_fp32": dict.fromkeys(KERNELS, Launch(32, 8, 1)),
@@ -827,8 +830,10 @@ def launch_settings(device, dtype):
 
 
 def _launch(kernel, device, dtype):
-    """(tile, launch options) of one kernel (dkr's setting None: no dkr kernel, dq adds dkr up)."""
-    setting = launch_settings(device, dtype)[kernel]
+    """(tile, launch options) of one kernel. dkr's setting None (dq adds dkr up) while deterministic algorithms are on:
+    the dkr kernel at dk/dv's tile and warps, one stage."""
+    table = launch_settings(device, dtype)
+    setting = table[kernel] or Launch(table["dk_dv"].tile, table["dk_dv"].warps, 1)
     return setting.tile, dict(num_warps=setting.warps, num_stages=setting.stages)
 
 
@@ -901,7 +906,11 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
-    dkr_atomic = kr is not None and launch_settings(qw.device, qw.dtype)["dkr"] is None
+    dkr_atomic = (
+        kr is not None
+        and launch_settings(qw.device, qw.dtype)["dkr"] is None
+        and not torch.are_deterministic_algorithms_enabled()
+    )
     if dkr_atomic:
         dkr.zero_()  # dq adds into it
     block, launch = _launch("dk_dv", qw.device, qw.dtype)

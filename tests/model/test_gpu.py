@@ -325,10 +325,11 @@ def test_triton_kernels_add_dkr_up_in_dq_as_the_dkr_kernel_gives_it(dtype, monke
     seg_k = torch.randint(0, 2, (batch, K), generator=gen).to(CUDA)
     blocked = (torch.rand(batch, Q, K, generator=gen) < 0.3).to(CUDA)
     grad_out = torch.randn(batch, Q, N, D, generator=gen).to(CUDA, dtype)
+    default = ta.launch_settings(torch.device(CUDA), dtype)["dkr"]
     for kr in (rand(1, N, D, Q + K), rand(batch, N, D, Q + K)):
         inputs = (qw, qr, k, v, kr, gain)
         grads = []
-        for dkr in (ta.launch_settings(torch.device(CUDA), dtype)["dkr"], None):
+        for dkr in (default, None):
             monkeypatch.setitem(ta.launch_settings(torch.device(CUDA), dtype), "dkr", dkr)
             out = ta.relative_attention(
                 qw, k, v, qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q

@@ -537,12 +537,14 @@ def test_cuda_launch_settings_by_precision():
     assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
 
 
-def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, N=2, D=12):
+def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0, N=2, D=12):
     """A step of the banded form with every term on (segments, a mask blocking 40% of the keys, queries and keys not
     multiples of a tile) on seeded inputs: a function returning the output and the gradients of qw, k, v, qr, kr and
-    gain (the dropout's seed the same each call)."""
+    gain (the dropout's seed the same each call). qlen: Q unless given; R = qlen + K + extra_distances."""
     gen = torch.Generator().manual_seed(seed)
-    K, R = Q + M, 2 * Q + M
+    qlen = Q if qlen is None else qlen
+    K = Q + M
+    R = qlen + K + extra_distances
 
     def rand(*shape):
         return torch.randn(*shape, generator=gen).requires_grad_()
@@ -557,7 +559,7 @@ def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, N=2, D=12):
         for name in leaves:
             inputs[name].grad = None
         torch.manual_seed(0)
-        out = relative_attention(**inputs, dropout_p=dropout, qlen=Q)
+        out = relative_attention(**inputs, dropout_p=dropout, qlen=qlen)
         out.backward(grad)
         return out.detach(), [inputs[name].grad.clone() for name in leaves]
 
@@ -597,25 +599,40 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("kr_rows, dropout", [(1, 0.0), (B, 0.1)])
-def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout):
+@pytest.mark.parametrize(
+    "kr_rows, dropout, qlen, extra_distances",
+    [(1, 0.0, None, 0), (B, 0.1, None, 0), (1, 0.0, 45, -12), (B, 0.0, 10, 0)],
+)
+def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout, qlen, extra_distances):
     """dkr's launch setting None: no dkr kernel launched, dq adds dkr up by atomic adds; every gradient as with the dkr
     kernel (the same dropout mask drawn), with positional keys shared by the batch and one per row, over several
-    tiles of keys and distances, every term on."""
+    tiles of keys and distances, every term on; also where distances run past R (qlen 45 > Q, R short of qlen + K) or
+    below 0 (qlen 10 < Q). While torch.use_deterministic_algorithms is on the dkr kernel runs instead."""
     from xlnet_lite import triton_attention as ta
 
-    run = banded_step(seed=11, Q=35, M=9, kr_rows=kr_rows, dropout=dropout)
+    run = banded_step(seed=11, Q=35, M=9, kr_rows=kr_rows, dropout=dropout, qlen=qlen, extra_distances=extra_distances)
     reference = run()[1]
+    launched = []
+    dkr_kernel = ta._attn_bwd_dkr
 
-    class NotLaunched:
+    class Counted:
         def __getitem__(self, grid):
-            raise AssertionError("the dkr kernel was launched")
+            launched.append(grid)
+            return dkr_kernel[grid]
 
     monkeypatch.setitem(ta.launch_settings(torch.device("cpu"), torch.float32), "dkr", None)
-    monkeypatch.setattr(ta, "_attn_bwd_dkr", NotLaunched())
+    monkeypatch.setattr(ta, "_attn_bwd_dkr", Counted())
     for i, (g, r) in enumerate(zip(run()[1], reference)):
         assert g.abs().max() > 0, i
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=str(i))
+    assert not launched
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        grads = run()[1]
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    assert len(launched) == 1 and all(torch.equal(g, r) for g, r in zip(grads, reference))
 
 
 @pytest.mark.slow
