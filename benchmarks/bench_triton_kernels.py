@@ -245,10 +245,8 @@ def main(argv=None):
         if any(setting != s for s in defaults.values()):
             measure(f"tile{tile}_warps{warps}_stages{stages}", "ranks", setting)
     fastest = {}
-    for kernel in defaults:
-        timed = [r for r in rows if r["variant"] == "ranks"]
-        if not timed:
-            break
+    timed = [r for r in rows if r["variant"] == "ranks"]
+    for kernel in defaults if timed else ():
         best = min(timed, key=lambda r: r["median_s"][kernel])
         fastest[kernel] = dict(setting=best["settings"][kernel], median_s=best["median_s"][kernel])
         default = next((r["median_s"][kernel] for r in timed if r["label"] == "default"), None)

@@ -591,6 +591,7 @@ def _attn_bwd_dq(
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
     carry = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # the previous tile's second half of dS
+    dkr_row = b % kr_rows * N + n  # DKR's (kr_rows, N) row of this head (DKR_ATOMIC)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
@@ -650,7 +651,7 @@ def _attn_bwd_dq(
             d_lo = tl.where(in_lo, tl.gather(ds, key_lo, 1), 0.0) + carry  # (B, B): the first half's distances
             dqr += tl.dot(d_lo.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
             if DKR_ATOMIC:
-                _add_dkr(DKR, b % kr_rows * N + n, qlen - (m0 + BLOCK_M - 1) + n0, d_lo, qr, offs_d, R, D, PREC)
+                _add_dkr(DKR, dkr_row, qlen - (m0 + BLOCK_M - 1) + n0, d_lo, qr, offs_d, R, D, PREC)
             carry = tl.where(in_hi, tl.gather(ds, key_hi, 1), 0.0)
             band_lo, kr_lo = band_hi, kr_hi
         else:
@@ -666,7 +667,7 @@ def _attn_bwd_dq(
         dqr += tl.dot(carry.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
         if DKR_ATOMIC:
             last = qlen - (m0 + BLOCK_M - 1) + (tl.cdiv(K, BLOCK_N) - 1) * BLOCK_N + BLOCK_N
-            _add_dkr(DKR, b % kr_rows * N + n, last, carry, qr, offs_d, R, D, PREC)
+            _add_dkr(DKR, dkr_row, last, carry, qr, offs_d, R, D, PREC)
     tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
     tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
     if HAS_SEG:
@@ -842,6 +843,13 @@ def _block_d(d):
     return max(16, triton.next_power_of_2(d))
 
 
+def _tiled(kernel, qw, flags):
+    """(tile, the keyword arguments of a launch of the forward, dk/dv or dq kernel): square tiles at the kernel's
+    setting, the head size's block, the operands' flags and the launch options."""
+    block, launch = _launch(kernel, qw.device, qw.dtype)
+    return block, dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=_block_d(qw.shape[-1]), **flags, **launch)
+
+
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
 # (fullgraph), placing the launches in its graph, and fuses the work around them.
 _FORWARD_SCHEMA = (
@@ -867,7 +875,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     _check_layout(qw, qr, k, v, kr, gain, blocked)
     out, lse = _forward_outputs(qw)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
-    block, launch = _launch("forward", qw.device, qw.dtype)
+    block, tiled = _tiled("forward", qw, args.flags)
     _attn_fwd[(triton.cdiv(Q, block), B * N)](
         *args.pointers,
         out,
@@ -882,11 +890,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
         qlen,
         args.diag,
         dropout_p,
-        BLOCK_M=block,
-        BLOCK_N=block,
-        BLOCK_D=_block_d(D),
-        **args.flags,
-        **launch,
+        **tiled,
     )
     return out, lse
 
@@ -913,7 +917,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     )
     if dkr_atomic:
         dkr.zero_()  # dq adds into it
-    block, launch = _launch("dk_dv", qw.device, qw.dtype)
+    block, tiled = _tiled("dk_dv", qw, args.flags)
     _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
         *args.pointers,
         dout,
@@ -931,13 +935,9 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         qlen,
         args.diag,
         dropout_p,
-        BLOCK_M=block,
-        BLOCK_N=block,
-        BLOCK_D=_block_d(D),
-        **args.flags,
-        **launch,
+        **tiled,
     )
-    block, launch = _launch("dq", qw.device, qw.dtype)
+    block, tiled = _tiled("dq", qw, args.flags)
     _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
         *args.pointers,
         dout,
@@ -959,12 +959,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         args.diag,
         dropout_p,
         kr.shape[0] if kr is not None else 1,
-        BLOCK_M=block,
-        BLOCK_N=block,
-        BLOCK_D=_block_d(D),
-        **args.flags,
         DKR_ATOMIC=dkr_atomic,
-        **launch,
+        **tiled,
     )
     if kr is not None and not dkr_atomic:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
