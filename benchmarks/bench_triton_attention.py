@@ -37,11 +37,19 @@ SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, 
 GRADS = ("qw", "qr", "k", "v", "kr", "gain")  # the inputs a step takes gradients of
 # the fused SDPA backends that take a bias (flash takes none); on CUDA a row each, the backend held
 SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-# (rows per tile, warps, the mask as ranks or as the (B, Q, K) block); 32 x 4 the bf16 default, ranks the model's
-# choice for factorization masks
+# (rows per tile, keys per tile, warps, the mask as ranks or as the (B, Q, K) block); 32 x 32 at 4 warps the bf16
+# default, ranks the model's choice for factorization masks; 64 x 32 at 4 warps and 128 x 64 at 8 give each warp 16
+# whole rows of the scores (on an H100 warpgroup MMA); 32 x 32 at 8 warps, timed before (results/gpu/)
 TILES = {
-    "cuda": [(32, 8, False), (32, 4, False), (64, 8, False), (64, 4, False), (32, 4, True), (32, 8, True)],
-    "cpu": [(16, 1, False), (16, 1, True)],
+    "cuda": [
+        (32, 32, 4, False),
+        (32, 32, 4, True),
+        (64, 32, 4, True),
+        (64, 64, 4, True),
+        (128, 64, 8, True),
+        (32, 32, 8, True),
+    ],
+    "cpu": [(16, 16, 1, False), (16, 16, 1, True)],
 }
 
 
@@ -121,18 +129,26 @@ class HeldTo:
 
 
 class Tiled:
-    """The Triton path with every kernel at one tile size and warp count (each at its own pipeline stages), the mask
-    as ranks or as the block, forward and backward (the module's launch settings changed for the step only)."""
+    """The Triton path with every kernel at one tile and warp count (each at its own pipeline stages; dkr's tile the
+    keys'), the mask as ranks or as the block, forward and backward (the module's launch settings changed for the
+    step only)."""
 
-    def __init__(self, tile, warps, ranks=False):
-        self.tile, self.warps, self.ranks = tile, warps, ranks
+    def __init__(self, tile, warps, ranks=False, keys=None):
+        self.tile, self.warps, self.ranks, self.keys = tile, warps, ranks, keys
 
     def __call__(self, x, dropout, backward=True):
         from benchmarks.bench_triton_kernels import launch_settings_changed
         from xlnet_lite import triton_attention as ta
 
         table = ta.launch_settings(x["qw"].device, x["qw"].dtype)
-        changes = {k: ta.Launch(self.tile, self.warps, s.stages) for k, s in table.items() if s is not None}
+        keys = None if self.keys == self.tile else self.keys
+        changes = {
+            k: ta.Launch(self.keys, self.warps, s.stages)
+            if k == "dkr"
+            else ta.Launch(self.tile, self.warps, s.stages, keys)
+            for k, s in table.items()
+            if s is not None
+        }
         with launch_settings_changed(table, changes):
             return step(lambda x, dropout: triton_path(x, dropout, self.ranks), x, dropout, backward)
 
@@ -208,7 +224,10 @@ def main(argv=None):
     rows = {
         "sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
         **({f"sdpa_path_{b.name.lower()}": HeldTo(b) for b in SDPA_BACKENDS} if device.type == "cuda" else {}),
-        **{f"triton_tile{t}_warps{w}{'_ranks' * r}": Tiled(t, w, r) for t, w, r in TILES[device.type]},
+        **{
+            f"triton_tile{t}{f'x{k}' * (k != t)}_warps{w}{'_ranks' * r}": Tiled(t, w, r, k)
+            for t, k, w, r in TILES[device.type]
+        },
     }
     rows, refused, error, grad_error = checked(rows, x)
     for n, why in refused.items():

@@ -2,8 +2,8 @@
 and backward (bench_triton_attention's inputs), at each launch setting and with each term of the scores changed:
 where the kernels' time goes and which setting suits each kernel.
 
-    python -m benchmarks.bench_triton_kernels [--shape base] [--runs 10] [--warmup 2] [--tiles 32 64] [--warps 4 8]
-                                              [--stages 1 2 3] [--variants dkr_atomic block dense nomask noseg dropout]
+    python -m benchmarks.bench_triton_kernels [--shape base] [--runs 10] [--warmup 2] [--settings 64x32/4/3 ...]
+                                              [--variants dkr_atomic block dense nomask noseg dropout]
                                               [--out benchmarks/results/gpu/triton_kernels.json]
 
 Every launch of the four kernels (forward; the backward's dk/dv, dq and dkr) is timed by CUDA events around it,
@@ -17,9 +17,11 @@ ends, so a run stopped by a time limit keeps the rows before):
 - each --variants at the defaults: dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel), the mask as
   the (B, Q, K) block (as a compiled model passes it), the positional term dense (the (B, N, Q, K) shifted scores
   read, as the query stream takes them, instead of the band computed inside), no mask, no segments, dropout 0.1;
-- each other (rows per tile, warps, stages) of --tiles x --warps x --stages, every kernel at it (each timed alone, so
-  one row gives each kernel's time at the setting); a setting the device cannot compile or launch, such as one past
-  its shared memory, is named with its error in the JSON's "refused".
+- each --settings ROWSxKEYS/WARPS/STAGES other than the defaults, every kernel at it (each timed alone, so one row
+  gives each kernel's time at the setting; dkr's tile is KEYS distances); a setting the device cannot compile or
+  launch, such as one past its shared memory, is named with its error in the JSON's "refused". The default list, in
+  order of promise (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64
+  rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default.
 
 "fastest" gives each kernel's fastest setting. The check: each setting's output and input gradients against the
 default row's (a setting changes only the order of sums), and the block's, the dense term's and the atomic dkr's
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import statistics
 import sys
 import time
@@ -44,6 +45,28 @@ from xlnet_lite.training import write_json
 
 KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
 VARIANTS = ("dkr_atomic", "block", "dense", "nomask", "noseg", "dropout")
+SETTINGS = ("64x32/4/3", "64x32/4/2", "32x32/4/2", "64x64/4/2", "128x64/8/2", "32x16/2/3", "32x32/4/1", "32x32/8/3")
+
+
+def parse_setting(text):
+    """ "ROWSxKEYS/WARPS/STAGES" -> {kernel: triton_attention.Launch}: the forward, dk/dv and dq at tiles of ROWS rows
+    by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile; ValueError if it is not of that form."""
+    from xlnet_lite import triton_attention as ta
+
+    try:
+        tile, warps, stages = text.split("/")
+        rows, keys = (int(n) for n in tile.split("x"))
+        warps, stages = int(warps), int(stages)
+    except ValueError:
+        raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES (e.g. 64x32/4/3)") from None
+    if keys < 16 or keys & (keys - 1) or rows not in (keys, 2 * keys):
+        raise ValueError(f"{text!r}: KEYS a power of two of at least 16 (tl.dot's smallest), ROWS KEYS or twice it")
+    if warps < 1 or warps & (warps - 1) or stages < 1:
+        raise ValueError(f"{text!r}: WARPS a power of two, STAGES at least 1")
+    half = None if keys == rows else keys
+    return {
+        k: ta.Launch(keys, warps, stages) if k == "dkr" else ta.Launch(rows, warps, stages, half) for k in ta.KERNELS
+    }
 
 
 @contextlib.contextmanager
@@ -161,9 +184,12 @@ def main(argv=None):
     parser.add_argument("--shape", choices=list(SHAPES), default="base")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--tiles", type=int, nargs="*", default=[32, 64], help="rows (and keys) per tile")
-    parser.add_argument("--warps", type=int, nargs="*", default=[4, 8])
-    parser.add_argument("--stages", type=int, nargs="*", default=[1, 2, 3], help="software-pipeline stages")
+    parser.add_argument(
+        "--settings",
+        nargs="*",
+        default=list(SETTINGS),
+        help="launch settings ROWSxKEYS/WARPS/STAGES (KEYS = ROWS or ROWS / 2), each a row with every kernel at it",
+    )
     parser.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--out", default="benchmarks/results/gpu/triton_kernels.json")
     args = parser.parse_args(argv)
@@ -172,13 +198,10 @@ def main(argv=None):
         parser.error("without CUDA only --shape tiny runs (in Triton's interpreter, to check the script)")
     if args.runs < 1 or args.warmup < 0:
         parser.error("--runs must be at least 1 and --warmup at least 0")
-    for flag in ("tiles", "warps", "stages"):
-        if any(n < 1 for n in getattr(args, flag)):
-            parser.error(f"--{flag} takes whole numbers of at least 1")
-    if any(t < 16 or t & (t - 1) for t in args.tiles):
-        parser.error("--tiles takes powers of two of at least 16 (tl.dot's smallest)")
-    if any(w & (w - 1) for w in args.warps):
-        parser.error("--warps takes powers of two")
+    try:
+        settings = {text: parse_setting(text) for text in args.settings}
+    except ValueError as error:
+        parser.error(f"--settings: {error}")
     from xlnet_lite import triton_attention as ta
 
     device = torch.device("cuda" if cuda else "cpu")
@@ -207,9 +230,9 @@ def main(argv=None):
 
     reference = None  # the default row's output and gradients
 
-    def measure(label, variant, setting=None):
+    def measure(label, variant, changes=None):
         nonlocal reference
-        changes = dict.fromkeys(defaults, setting) if setting else {}
+        changes = dict(changes or {})
         if variant == "dkr_atomic":
             changes["dkr"] = None  # no dkr kernel: dq adds dkr up
         try:
@@ -240,10 +263,10 @@ def main(argv=None):
     measure("default", "ranks")
     for variant in args.variants:
         measure(variant, variant)
-    for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
-        setting = ta.Launch(tile, warps, stages)
-        if any(setting != s for s in defaults.values()):
-            measure(f"tile{tile}_warps{warps}_stages{stages}", "ranks", setting)
+    for text, setting in settings.items():
+        if setting != defaults:
+            rows_keys, warps, stages = text.split("/")
+            measure(f"tile{rows_keys}_warps{warps}_stages{stages}", "ranks", setting)
     fastest = {}
     timed = [r for r in rows if r["variant"] == "ranks"]
     for kernel in defaults if timed else ():

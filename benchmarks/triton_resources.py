@@ -10,9 +10,9 @@ shipped with Triton), what one warp executes in the kernel's innermost loop, one
 instructions, how many are tensor-core matrix multiplies (HMMA, or HGMMA where Triton uses Hopper's warpgroup MMA),
 and how many move data (shuffles between threads, shared-memory loads and stores, barriers, global loads, local memory).
 
-    python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--warps 4 8] [--stages 1 2 3]
-                                          [--dtypes bf16 fp32] [--variants dropout block nomask noseg atomic]
-                                          [--out FILE]
+    python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--keys square half] [--warps 4 8]
+                                          [--stages 1 2 3] [--dtypes bf16 fp32]
+                                          [--variants dropout block nomask noseg atomic] [--out FILE]
     python -m benchmarks.triton_resources --defaults [--dtypes bf16] ...   (each kernel at the library's setting)
 
 The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
@@ -189,10 +189,21 @@ def innermost_loop(sass):
     return dict(instructions=len(body), **{kind: sum(op in ops for op in body) for kind, ops in MIX.items()})
 
 
+def mma_layouts(ttgir):
+    """How the kernel's tensor-core layouts share a tile among the warps, from Triton's GPU IR: one
+    "v<MMA version> <warps along rows>x<warps along columns>" per distinct layout, e.g. "v2 1x4" (mma.sync, four warps
+    side by side along the keys: a row's softmax is reduced across warps and the probabilities pass through shared
+    memory to reach the next product, as in FlashAttention 1) or "v3 4x1" (warpgroup MMA, each warp 16 whole rows,
+    as in FlashAttention 2)."""
+    layouts = re.findall(r"nvidia_mma<\{versionMajor = (\d+).*?warpsPerCTA = \[(\d+), (\d+)\]", ttgir)
+    return sorted({f"v{version} {rows}x{columns}" for version, rows, columns in layouts})
+
+
 def measure(compiled, arch):
     return dict(
         shared_bytes=compiled.metadata.shared,
         **ptxas(compiled.asm["ptx"], arch),
+        mma_layouts=mma_layouts(compiled.asm["ttgir"]),
         loop=innermost_loop(cuobjdump(compiled.asm["cubin"])),
     )
 
@@ -209,7 +220,14 @@ def cuobjdump(cubin):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90: H100, H200)")
-    parser.add_argument("--tiles", type=int, nargs="+", default=[64, 32])
+    parser.add_argument("--tiles", type=int, nargs="+", default=[64, 32], help="rows per tile")
+    parser.add_argument(
+        "--keys",
+        nargs="+",
+        choices=["square", "half"],
+        default=["square"],
+        help="keys per tile of the forward, dk/dv and dq: the rows (square) or half as many (dkr's tile: the keys)",
+    )
     parser.add_argument("--warps", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--dtypes", nargs="+", choices=["bf16", "fp32"], default=["bf16", "fp32"])
@@ -233,23 +251,28 @@ def main(argv=None):
     limit = SHARED_LIMIT.get(args.arch)
     rows = []
     print(
-        f"{'dtype':<5} {'stream':<7} {'kernel':<8} {'variant':<14} {'tile':>4} {'warps':>5} {'stages':>6} "
+        f"{'dtype':<5} {'stream':<7} {'kernel':<8} {'variant':<14} {'tile':>6} {'warps':>5} {'stages':>6} "
         f"{'shared KiB':>10} {'fits':>5} {'regs':>5} {'spill st':>8} {'spill ld':>8} | loop: {'instr':>5} "
-        f"{'mma':>4} {'shfl':>4} {'smem':>4} {'bar':>4} {'ldg':>4} {'local':>5}"
+        f"{'mma':>4} {'shfl':>4} {'smem':>4} {'bar':>4} {'ldg':>4} {'local':>5} | warps (rows x keys)"
     )
 
     def launch_tables(dtype):
         if args.defaults:
             yield dict(ta.LAUNCH["cuda" if dtype == "bf16" else "cuda_fp32"])
             return
-        for tile, warps, stages in itertools.product(args.tiles, args.warps, args.stages):
-            yield {kernel: ta.Launch(tile, warps, 1 if kernel == "dkr" else stages) for kernel in ta.KERNELS}
+        for tile, keys, warps, stages in itertools.product(args.tiles, args.keys, args.warps, args.stages):
+            half = tile // 2 if keys == "half" else None
+            yield {
+                kernel: ta.Launch(half or tile, warps, 1) if kernel == "dkr" else ta.Launch(tile, warps, stages, half)
+                for kernel in ta.KERNELS
+            }
 
     for dtype in args.dtypes:
         for settings, variant in itertools.product(list(launch_tables(dtype)), [None, *args.variants]):
             for stream, name, kernel, launch_args, launch_kwargs in recorded_launches(dtype, settings, variant):
                 # as the operators launched it (the settings asked for, if they read them right)
                 tile = launch_kwargs["BLOCK_M" if "BLOCK_M" in launch_kwargs else "BLOCK"]
+                keys = launch_kwargs.get("BLOCK_N", tile)
                 warps, stages = launch_kwargs["num_warps"], launch_kwargs["num_stages"]
                 row = dict(
                     dtype=dtype,
@@ -257,6 +280,7 @@ def main(argv=None):
                     kernel=name,
                     variant=variant,
                     tile=tile,
+                    keys=keys,
                     warps=warps,
                     stages=stages,
                     **measure(compile_launch(kernel, launch_args, launch_kwargs, args.arch), args.arch),
@@ -265,11 +289,12 @@ def main(argv=None):
                 rows.append(row)
                 loop = row["loop"] or dict.fromkeys(("instructions", *MIX), "-")
                 print(
-                    f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {tile:>4} {warps:>5} {stages:>6} "
+                    f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {f'{tile}x{keys}':>6} {warps:>5} "
+                    f"{stages:>6} "
                     f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
                     f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
                     f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "
-                    f"{loop['global_loads']:>4} {loop['spills']:>5}",
+                    f"{loop['global_loads']:>4} {loop['spills']:>5} | {', '.join(row['mma_layouts'])}",
                     flush=True,
                 )
     command = "python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv)

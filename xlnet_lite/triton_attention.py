@@ -56,6 +56,7 @@ def _tile_scores(
     qr,
     kt,
     band_lo,
+    band_mid,
     KR,
     POS,
     SEGK,
@@ -98,23 +99,32 @@ def _tile_scores(
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
     the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed.
 
-    BAND (BLOCK_M = BLOCK_N = B): the tile's distances run over base + c, c in [0, 2B), base = qlen - (m0 + B - 1)
-    + n0: two halves of B distances, the first at base, the second at base + B. band_lo: qr times the positional keys
-    of the first half (B, B) fp32, which is the second half of the tile B keys before it on the same rows (so a loop
-    over keys carries it and multiplies each half once). Returns the scores, band_hi (qr times the second half's
-    keys; in the dense form, a placeholder) and those keys (BLOCK_D, B) (kt in the dense form)."""
-    krt_hi = kt
-    band_hi = band_lo
+    BAND (BLOCK_M = W * BLOCK_N, W 1 or 2; B = BLOCK_N): the tile's distances run over base + c, c in [0, (W + 1) B),
+    base = qlen - (m0 + BLOCK_M - 1) + n0: W + 1 chunks of B distances, chunk k at base + k B. A chunk is chunk k - 1
+    of the tile B keys further on the same rows, so a loop over keys carries W chunks and multiplies one a tile.
+    band_lo, band_mid: qr times the positional keys of chunks 0 and 1 (BLOCK_M, B) fp32 (band_mid unread when W is
+    1). Rows a of the tile's row group g = a // B (row a' = a % B in it) read chunks W - 1 - g and W - g, at column
+    c' = j - a' + B - 1 of the two side by side, as a square tile's rows read its two. Returns the scores, the chunk
+    multiplied here (chunk W; in the dense form, a placeholder) and its keys (BLOCK_D, B) (kt in the dense form)."""
+    krt_new = kt
+    band_new = band_lo
     s = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N)
     if BAND:
-        tl.static_assert(BLOCK_M == BLOCK_N, "the banded form takes square tiles")
-        first = qlen - (m0 + BLOCK_M - 1) + n0 + BLOCK_N
-        krt_hi = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, first, R, D, BLOCK_N)
-        band_hi = tl.dot(qr, krt_hi, input_precision=PREC)  # (B, B): row a, distance base + B + j
-        c = tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + (BLOCK_M - 1)  # distance of (a, b)
-        lo = tl.gather(band_lo, tl.minimum(c, BLOCK_N - 1), 1)
-        hi = tl.gather(band_hi, tl.maximum(c - BLOCK_N, 0), 1)
-        s += tl.where(c < BLOCK_N, lo, hi)
+        W: tl.constexpr = BLOCK_M // BLOCK_N
+        tl.static_assert(BLOCK_M == W * BLOCK_N and W <= 2, "the banded form takes tiles of B or 2B rows by B keys")
+        first = qlen - (m0 + BLOCK_M - 1) + n0 + W * BLOCK_N
+        krt_new = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, first, R, D, BLOCK_N)
+        band_new = tl.dot(qr, krt_new, input_precision=PREC)  # (BLOCK_M, B): row a, distance base + W B + j
+        if W == 1:
+            lo, hi, row = band_lo, band_new, tl.arange(0, BLOCK_M)
+        else:
+            top = (tl.arange(0, BLOCK_M) < BLOCK_N)[:, None]  # row group 0: chunks 1 and 2; group 1: 0 and 1
+            lo, hi = tl.where(top, band_mid, band_lo), tl.where(top, band_new, band_mid)
+            row = tl.arange(0, BLOCK_M) % BLOCK_N
+        c = tl.arange(0, BLOCK_N)[None, :] - row[:, None] + (BLOCK_N - 1)  # (a, j)'s column in the group's 2B
+        s += tl.where(
+            c < BLOCK_N, tl.gather(lo, tl.minimum(c, BLOCK_N - 1), 1), tl.gather(hi, tl.maximum(c - BLOCK_N, 0), 1)
+        )
     else:
         pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
         s += tl.load(pos, mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K), other=0.0).to(tl.float32)
@@ -124,7 +134,7 @@ def _tile_scores(
     visible = (offs_n < K)[None, :] & (offs_m < Q)[:, None]
     if HAS_MASK:
         visible &= _unmasked(BLK, b, offs_m[:, None], offs_n[None, :], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED)
-    return tl.where(visible, s, float("-inf")), band_hi, krt_hi
+    return tl.where(visible, s, float("-inf")), band_new, krt_new
 
 
 @triton.jit
@@ -194,13 +204,47 @@ def _band_lo(
     BLOCK_N: tl.constexpr,
     BAND: tl.constexpr,
 ):
-    """band_lo of the tile at rows m0.., keys n0.. (_tile_scores) and the positional keys it multiplies (BLOCK_D, B);
-    in the dense form zeros (a placeholder)."""
+    """Chunk 0 of the band of the tile at rows m0.., keys n0.. (_tile_scores; chunk k is chunk 0 of the tile k B keys
+    on) and the positional keys it multiplies (BLOCK_D, B); in the dense form zeros (a placeholder)."""
     if BAND:
         first = qlen - (m0 + BLOCK_M - 1) + n0
         krt = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, first, R, D, BLOCK_N)
         return tl.dot(qr, krt, input_precision=PREC), krt
     return tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([offs_d.shape[0], BLOCK_N], qr.dtype)
+
+
+@triton.jit
+def _band_chunks(
+    qr,
+    KR,
+    b,
+    n,
+    m0,
+    n0,
+    offs_d,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    qlen,
+    R,
+    D,
+    PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BAND: tl.constexpr,
+):
+    """Chunks 0 and 1 of the band of the tile at rows m0.., keys n0.. and their positional keys (_band_lo's); with
+    square tiles chunk 1 is chunk 0 (_tile_scores reads only chunk 0)."""
+    band_lo, kr_lo = _band_lo(
+        qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
+    )
+    band_mid, kr_mid = band_lo, kr_lo
+    if BLOCK_M > BLOCK_N:
+        band_mid, kr_mid = _band_lo(
+            qr, KR, b, n, m0, n0 + BLOCK_N, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
+        )
+    return band_lo, band_mid, kr_lo, kr_mid
 
 
 @triton.jit
@@ -287,18 +331,19 @@ def _attn_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    band_lo, _ = _band_lo(
+    band_lo, band_mid, _, _ = _band_chunks(  # tiles of 2B rows carry two chunks along the keys, square ones one
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, band_lo, _ = _tile_scores(  # the next tile's band_lo: this one's band_hi
+        s, band_new, _ = _tile_scores(
             qw,
             qr,
             kt,
             band_lo,
+            band_mid,
             KR,
             POS,
             SEGK,
@@ -338,6 +383,10 @@ def _attn_fwd(
             RANKED,
             PREC,
         )
+        if BLOCK_M > BLOCK_N:  # the next tile's chunks 0 and 1: this one's 1 and 2
+            band_lo, band_mid = band_mid, band_new
+        else:
+            band_lo = band_new
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf - 0) = 0
         p = tl.exp(s - m_use[:, None])
@@ -436,14 +485,15 @@ def _attn_bwd_dkdv(
             QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
         )
         do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
-        band_lo, _ = _band_lo(
+        band_lo, band_mid, _, _ = _band_chunks(  # other rows each turn: every chunk
             qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
-        )  # other rows each turn: both halves
+        )
         s, _, _ = _tile_scores(
             qw,
             qr,
             kt,
             band_lo,
+            band_mid,
             KR,
             POS,
             SEGK,
@@ -584,24 +634,31 @@ def _attn_bwd_dq(
     # half key j + a + 1. The scores' gradient read so gives dqr = sum over distances of dS times the positional key;
     # a distance is the second half of one tile and the first of the next, so its two parts are summed (carry) and
     # multiplied once
-    j_plus_a = tl.arange(0, BLOCK_N)[None, :] + tl.arange(0, BLOCK_M)[:, None]
-    in_lo, key_lo = j_plus_a >= BLOCK_M - 1, tl.maximum(j_plus_a - (BLOCK_M - 1), 0)
+    # (with 2B rows, row a' = a % B of its row group: _tile_scores)
+    if BLOCK_M > BLOCK_N:
+        j_plus_a = tl.arange(0, BLOCK_N)[None, :] + (tl.arange(0, BLOCK_M) % BLOCK_N)[:, None]
+    else:
+        j_plus_a = tl.arange(0, BLOCK_N)[None, :] + tl.arange(0, BLOCK_M)[:, None]
+    in_lo, key_lo = j_plus_a >= BLOCK_N - 1, tl.maximum(j_plus_a - (BLOCK_N - 1), 0)
     in_hi, key_hi = j_plus_a + 1 < BLOCK_N, tl.minimum(j_plus_a + 1, BLOCK_N - 1)
-    band_lo, kr_lo = _band_lo(
+    top = (tl.arange(0, BLOCK_M) < BLOCK_N)[:, None]  # with 2B rows, the row group reading chunks 1 and 2
+    band_lo, band_mid, kr_lo, kr_mid = _band_chunks(
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
-    carry = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # the previous tile's second half of dS
+    carry = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # dS's parts at the next tile's chunk 0 so far
+    carry_mid = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # and at its chunk 1 (2B rows)
     dkr_row = b % kr_rows * N + n  # DKR's (kr_rows, N) row of this head (DKR_ATOMIC)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, band_hi, kr_hi = _tile_scores(
+        s, band_new, kr_new = _tile_scores(
             qw,
             qr,
             kt,
             band_lo,
+            band_mid,
             KR,
             POS,
             SEGK,
@@ -648,12 +705,22 @@ def _attn_bwd_dq(
         ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
         dqw += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=PREC)
         if BAND:
-            d_lo = tl.where(in_lo, tl.gather(ds, key_lo, 1), 0.0) + carry  # (B, B): the first half's distances
+            g_lo = tl.where(in_lo, tl.gather(ds, key_lo, 1), 0.0)  # at the row group's first chunk's distances
+            g_hi = tl.where(in_hi, tl.gather(ds, key_hi, 1), 0.0)  # at its second's
+            if BLOCK_M > BLOCK_N:
+                d_lo = tl.where(top, 0.0, g_lo) + carry  # (BLOCK_M, B): chunk 0's distances, whole
+                carry = tl.where(top, g_lo, g_hi) + carry_mid
+                carry_mid = tl.where(top, g_hi, 0.0)
+            else:
+                d_lo = g_lo + carry
+                carry = g_hi
             dqr += tl.dot(d_lo.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
             if DKR_ATOMIC:
                 _add_dkr(DKR, dkr_row, qlen - (m0 + BLOCK_M - 1) + n0, d_lo, qr, offs_d, R, D, PREC)
-            carry = tl.where(in_hi, tl.gather(ds, key_hi, 1), 0.0)
-            band_lo, kr_lo = band_hi, kr_hi
+            if BLOCK_M > BLOCK_N:
+                band_lo, kr_lo, band_mid, kr_mid = band_mid, kr_mid, band_new, kr_new
+            else:
+                band_lo, kr_lo = band_new, kr_new
         else:
             tl.store(
                 DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :],
@@ -663,11 +730,15 @@ def _attn_bwd_dq(
         if HAS_SEG:
             seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1)
             dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
-    if BAND:  # the last tile's second half
+    if BAND:  # the last tile's chunks past its first
         dqr += tl.dot(carry.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
+        last = qlen - (m0 + BLOCK_M - 1) + (tl.cdiv(K, BLOCK_N) - 1) * BLOCK_N  # its chunk 0's first distance
         if DKR_ATOMIC:
-            last = qlen - (m0 + BLOCK_M - 1) + (tl.cdiv(K, BLOCK_N) - 1) * BLOCK_N + BLOCK_N
-            _add_dkr(DKR, dkr_row, last, carry, qr, offs_d, R, D, PREC)
+            _add_dkr(DKR, dkr_row, last + BLOCK_N, carry, qr, offs_d, R, D, PREC)
+        if BLOCK_M > BLOCK_N:
+            dqr += tl.dot(carry_mid.to(kr_mid.dtype), tl.trans(kr_mid), input_precision=PREC)
+            if DKR_ATOMIC:
+                _add_dkr(DKR, dkr_row, last + 2 * BLOCK_N, carry_mid, qr, offs_d, R, D, PREC)
     tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
     tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
     if HAS_SEG:
@@ -793,11 +864,13 @@ def _attn_bwd_dkr(
 
 class Launch(NamedTuple):
     """How one kernel is launched: rows (and keys, or distances for dkr) per tile, warps per program, software-
-    pipeline stages."""
+    pipeline stages; keys, where a tile's keys are fewer than its rows: tile / 2 (the forward, dk/dv and dq; None:
+    square tiles)."""
 
     tile: int
     warps: int
     stages: int
+    keys: int | None = None
 
 
 KERNELS = ("forward", "dk_dv", "dq", "dkr")
@@ -831,11 +904,17 @@ def launch_settings(device, dtype):
 
 
 def _launch(kernel, device, dtype):
-    """(tile, launch options) of one kernel. dkr's setting None (dq adds dkr up) while deterministic algorithms are on:
-    the dkr kernel at dk/dv's tile and warps, one stage."""
+    """(rows, keys, launch options) of one kernel's tile. dkr's setting None (dq adds dkr up) while deterministic
+    algorithms are on: the dkr kernel at dk/dv's rows and warps, one stage."""
     table = launch_settings(device, dtype)
     setting = table[kernel] or Launch(table["dk_dv"].tile, table["dk_dv"].warps, 1)
-    return setting.tile, dict(num_warps=setting.warps, num_stages=setting.stages)
+    keys = setting.tile if setting.keys is None else setting.keys
+    if keys != setting.tile and (kernel == "dkr" or setting.tile != 2 * keys):
+        raise ValueError(
+            f"triton_attention.LAUNCH: {kernel}'s {setting} is not a tile the kernel takes (keys None, or half the "
+            "rows for the forward, dk/dv and dq)"
+        )
+    return setting.tile, keys, dict(num_warps=setting.warps, num_stages=setting.stages)
 
 
 def _block_d(d):
@@ -844,10 +923,10 @@ def _block_d(d):
 
 
 def _tiled(kernel, qw, flags):
-    """(tile, the keyword arguments of a launch of the forward, dk/dv or dq kernel): square tiles at the kernel's
+    """(rows, keys, the keyword arguments of a launch of the forward, dk/dv or dq kernel): the tile of the kernel's
     setting, the head size's block, the operands' flags and the launch options."""
-    block, launch = _launch(kernel, qw.device, qw.dtype)
-    return block, dict(BLOCK_M=block, BLOCK_N=block, BLOCK_D=_block_d(qw.shape[-1]), **flags, **launch)
+    rows, keys, launch = _launch(kernel, qw.device, qw.dtype)
+    return rows, keys, dict(BLOCK_M=rows, BLOCK_N=keys, BLOCK_D=_block_d(qw.shape[-1]), **flags, **launch)
 
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole
@@ -875,8 +954,8 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     _check_layout(qw, qr, k, v, kr, gain, blocked)
     out, lse = _forward_outputs(qw)
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
-    block, tiled = _tiled("forward", qw, args.flags)
-    _attn_fwd[(triton.cdiv(Q, block), B * N)](
+    rows, _, tiled = _tiled("forward", qw, args.flags)
+    _attn_fwd[(triton.cdiv(Q, rows), B * N)](
         *args.pointers,
         out,
         lse,
@@ -917,8 +996,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     )
     if dkr_atomic:
         dkr.zero_()  # dq adds into it
-    block, tiled = _tiled("dk_dv", qw, args.flags)
-    _attn_bwd_dkdv[(triton.cdiv(K, block), B * N)](
+    _, keys, tiled = _tiled("dk_dv", qw, args.flags)
+    _attn_bwd_dkdv[(triton.cdiv(K, keys), B * N)](
         *args.pointers,
         dout,
         lse,
@@ -937,8 +1016,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         dropout_p,
         **tiled,
     )
-    block, tiled = _tiled("dq", qw, args.flags)
-    _attn_bwd_dq[(triton.cdiv(Q, block), B * N)](
+    rows, _, tiled = _tiled("dq", qw, args.flags)
+    _attn_bwd_dq[(triton.cdiv(Q, rows), B * N)](
         *args.pointers,
         dout,
         lse,
@@ -965,7 +1044,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     if kr is not None and not dkr_atomic:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
         strides = args.strides[:13] + args.strides[17:]  # without pos's
-        block, launch = _launch("dkr", qw.device, qw.dtype)
+        block, _, launch = _launch("dkr", qw.device, qw.dtype)
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_,
             qr_,

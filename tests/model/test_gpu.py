@@ -305,11 +305,14 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("change", ["dkr_atomic", "tiles_64x32"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_triton_kernels_add_dkr_up_in_dq_as_the_dkr_kernel_gives_it(dtype, monkeypatch):
-    """Compiled at `base`'s head size over several tiles and distance blocks, every term on: with dkr's launch setting
-    None (no dkr kernel; dq adds dkr up by atomic adds) every gradient as with the dkr kernel, positional keys shared by
-    the batch and one per row (fp32: to float rounding; bf16: to its rounding of the score gradient)."""
+def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtype, change, monkeypatch):
+    """Compiled at `base`'s head size over several tiles and distance blocks, every term on, positional keys shared by
+    the batch and one per row: the output and every gradient as at the default launch settings (fp32: to float
+    rounding; bf16: to its rounding of the score gradient), with dkr's setting None (no dkr kernel; dq adds dkr up by
+    atomic adds), and with the forward, dk/dv and dq at tiles of 64 rows by 32 keys (two chunks of distances carried
+    along the keys; warpgroup MMA on an H100)."""
     from xlnet_lite import triton_attention as ta
 
     gen = torch.Generator().manual_seed(2)
@@ -325,17 +328,23 @@ def test_triton_kernels_add_dkr_up_in_dq_as_the_dkr_kernel_gives_it(dtype, monke
     seg_k = torch.randint(0, 2, (batch, K), generator=gen).to(CUDA)
     blocked = (torch.rand(batch, Q, K, generator=gen) < 0.3).to(CUDA)
     grad_out = torch.randn(batch, Q, N, D, generator=gen).to(CUDA, dtype)
-    default = ta.launch_settings(torch.device(CUDA), dtype)["dkr"]
+    table = ta.launch_settings(torch.device(CUDA), dtype)
+    default = dict(table)
+    if change == "dkr_atomic":
+        changed = {"dkr": None}
+    else:
+        changed = {kernel: ta.Launch(64, 4, default[kernel].stages, keys=32) for kernel in ("forward", "dk_dv", "dq")}
     for kr in (rand(1, N, D, Q + K), rand(batch, N, D, Q + K)):
         inputs = (qw, qr, k, v, kr, gain)
-        grads = []
-        for dkr in (default, None):
-            monkeypatch.setitem(ta.launch_settings(torch.device(CUDA), dtype), "dkr", dkr)
+        results = []
+        for settings in (default, {**default, **changed}):
+            for kernel, setting in settings.items():
+                monkeypatch.setitem(table, kernel, setting)
             out = ta.relative_attention(
                 qw, k, v, qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q
             )
-            grads.append(torch.autograd.grad((out * grad_out).sum(), inputs))
-        for name, a, b in zip(("qw", "qr", "k", "v", "kr", "gain"), *grads):
+            results.append((out, *torch.autograd.grad((out * grad_out).sum(), inputs)))
+        for name, a, b in zip(("out", "qw", "qr", "k", "v", "kr", "gain"), *results):
             scale, tolerance = b.float().abs().max().item(), 1e-5 if dtype == torch.float32 else 2e-2
             assert scale > 0 and (a.float() - b.float()).abs().max().item() <= scale * tolerance, name
 

@@ -391,21 +391,23 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
 
 @pytest.mark.slow
 def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path):
-    """benchmarks/bench_triton_kernels.py at its CPU shape: every kernel timed in the default row, at the other setting
-    (every kernel at it) and in each variant (dkr not launched when the positional term is dense or dq adds dkr up);
-    a setting only reorders sums, and the mask as the block, the dense positional term and dkr added up in dq give
-    the same scores and gradients (each within 1e-5 of the default's); each kernel's fastest setting is the faster of
-    the two timed."""
+    """benchmarks/bench_triton_kernels.py at its CPU shape: every kernel timed in the default row, at each other setting
+    (every kernel at it: square tiles of 32, tiles of 32 rows by 16 keys) and in each variant (dkr not launched when
+    the positional term is dense or dq adds dkr up); a setting only reorders sums, and the mask as the block, the
+    dense positional term and dkr added up in dq give the same scores and gradients (each within 1e-5 of the
+    default's); each kernel's fastest setting is the fastest of the three timed; a setting not of that form is
+    refused."""
     import json
 
     from benchmarks import bench_triton_kernels as bench
 
     out = tmp_path / "kernels.json"
-    flags = ["--shape", "tiny", "--runs", "1", "--warmup", "0", "--tiles", "16", "32", "--warps", "1", "--stages", "1"]
+    flags = ["--shape", "tiny", "--runs", "1", "--warmup", "0", "--settings", "16x16/1/1", "32x32/1/1", "32x16/1/1"]
     bench.main([*flags, "--out", str(out)])
     result = json.loads(out.read_text())
     rows = {r["label"]: r for r in result["rows"]}
-    assert list(rows) == ["default", *bench.VARIANTS, "tile32_warps1_stages1"] and not result["refused"]
+    settings = ["tile32x32_warps1_stages1", "tile32x16_warps1_stages1"]  # 16x16/1/1 is the default
+    assert list(rows) == ["default", *bench.VARIANTS, *settings] and not result["refused"]
     for label, row in rows.items():
         timed = {k for k, s in row["median_s"].items() if s > 0}
         no_dkr = label in ("dense", "dkr_atomic")
@@ -414,14 +416,19 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
             assert row["max_abs_diff_vs_default"] is None, label
         else:
             assert row["max_abs_diff_vs_default"] < 1e-5, label
-    assert all(s == dict(tile=32, warps=1, stages=1) for s in rows["tile32_warps1_stages1"]["settings"].values())
+    square = dict(tile=32, warps=1, stages=1, keys=None)
+    assert all(s == square for s in rows[settings[0]]["settings"].values())
+    assert rows[settings[1]]["settings"] == {
+        **dict.fromkeys(("forward", "dk_dv", "dq"), dict(square, keys=16)),
+        "dkr": dict(square, tile=16),
+    }
     for kernel, best in result["fastest"].items():
-        two = [rows["default"]["median_s"][kernel], rows["tile32_warps1_stages1"]["median_s"][kernel]]
-        assert best["median_s"] == min(two)
-        assert best["setting"]["tile"] == (16 if two[0] <= two[1] else 32)
-    for bad in (["--tiles", "24"], ["--warps", "3"]):
+        timed = [rows[label] for label in ("default", *settings)]
+        fastest = min(timed, key=lambda row: row["median_s"][kernel])
+        assert best == dict(setting=fastest["settings"][kernel], median_s=fastest["median_s"][kernel])
+    for bad in ("24x24/1/1", "32x32/3/1", "64x16/4/1", "32x32/1", "32"):
         with pytest.raises(SystemExit):
-            bench.main(["--shape", "tiny", *bad, "--out", str(out)])
+            bench.main(["--shape", "tiny", "--settings", bad, "--out", str(out)])
 
 
 def test_kernel_benchmark_sets_aside_a_setting_that_cannot_launch(tmp_path, monkeypatch):
@@ -449,12 +456,12 @@ def test_kernel_benchmark_sets_aside_a_setting_that_cannot_launch(tmp_path, monk
 
     monkeypatch.setattr(ta, "_attn_bwd_dkr", TooLarge())
     out = tmp_path / "kernels.json"
-    flags = ["--shape", "tiny", "--runs", "1", "--warmup", "0", "--tiles", "16", "32", "--warps", "1", "--stages", "1"]
+    flags = ["--shape", "tiny", "--runs", "1", "--warmup", "0", "--settings", "32x32/1/1"]
     bench.main([*flags, "--variants", "noseg", "--out", str(out)])
     result = json.loads(out.read_text())
     assert [r["label"] for r in result["rows"]] == ["default", "noseg"]
-    assert list(result["refused"]) == ["tile32_warps1_stages1"]
-    assert result["refused"]["tile32_warps1_stages1"].startswith("OutOfResources: out of resource: shared memory")
+    assert list(result["refused"]) == ["tile32x32_warps1_stages1"]
+    assert result["refused"]["tile32x32_warps1_stages1"].startswith("OutOfResources: out of resource: shared memory")
     assert set(result["fastest"]) == set(ta.KERNELS)
     assert isinstance(ta._attn_bwd_dkr, TooLarge)  # what the benchmark found, put back
     assert all(getattr(ta, attr) is kernels[attr] for attr in bench.KERNELS if attr != "_attn_bwd_dkr")
@@ -524,15 +531,15 @@ def test_cuda_launch_settings_by_precision():
     for dtype in (torch.bfloat16, torch.float16):
         table = ta.launch_settings(cuda, dtype)
         assert table is ta.LAUNCH["cuda"] and set(table) == set(ta.KERNELS)
-        assert {k: tuple(s) for k, s in table.items()} == {
-            "forward": (32, 4, 3),
-            "dk_dv": (32, 4, 3),
-            "dq": (32, 4, 3),
-            "dkr": (32, 4, 1),
+        assert table == {
+            "forward": ta.Launch(32, 4, 3),
+            "dk_dv": ta.Launch(32, 4, 3),
+            "dq": ta.Launch(32, 4, 3),
+            "dkr": ta.Launch(32, 4, 1),
         }
-        assert ta._launch("dkr", cuda, dtype) == (32, dict(num_warps=4, num_stages=1))
+        assert ta._launch("dkr", cuda, dtype) == (32, 32, dict(num_warps=4, num_stages=1))
     assert ta.launch_settings(cuda, torch.float32) is ta.LAUNCH["cuda_fp32"]
-    assert ta._launch("forward", cuda, torch.float32) == (32, dict(num_warps=8, num_stages=1))
+    assert ta._launch("forward", cuda, torch.float32) == (32, 32, dict(num_warps=8, num_stages=1))
     assert all(s.tile == 16 for s in ta.launch_settings(torch.device("cpu"), torch.float32).values())
     assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
 
@@ -640,10 +647,11 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     """benchmarks/triton_resources.py compiles for sm_90 here (no GPU needed) the launches of a training step at the
     CUDA defaults in bf16, both streams, as pretraining makes them (the masks as ranks, dropout 0): each fits an H100's
     shared memory and spills at most a few hundred bytes a thread to local memory (64-row tiles spill 1,200-3,400),
-    and the machine code's innermost loop holds the tensor-core MMAs; so a change that raises register pressure far
-    past the limit fails here before it reaches a GPU."""
+    and the machine code's innermost loop holds the tensor-core MMAs, laid out over the launch's warps; so a change
+    that raises register pressure far past the limit fails here before it reaches a GPU."""
     import json
     import os
+    import re
     import subprocess
     import sys
 
@@ -676,7 +684,12 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
     for row in rows:
         assert row["fits"] and row["ptxas_returncode"] == 0 and row["spill_stores"] <= 400, row
         assert row["loop"]["mma"] > 0 and row["loop"]["instructions"] > row["loop"]["mma"], row
-        assert (row["tile"], row["warps"], row["stages"]) == tuple(triton_attention.LAUNCH["cuda"][row["kernel"]]), row
+        keys = None if row["keys"] == row["tile"] else row["keys"]
+        launched = triton_attention.Launch(row["tile"], row["warps"], row["stages"], keys)
+        assert launched == triton_attention.LAUNCH["cuda"][row["kernel"]], row
+        # each tensor-core layout shares its tiles among the kernel's warps ("v2 1x4": four side by side)
+        layouts = [re.fullmatch(r"v([23]) (\d+)x(\d+)", layout) for layout in row["mma_layouts"]]
+        assert layouts and all(m and int(m[2]) * int(m[3]) == row["warps"] for m in layouts), row
 
 
 @pytest.mark.slow
@@ -718,7 +731,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 18 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 20 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
