@@ -607,6 +607,38 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
 
 
 @pytest.mark.parametrize(
+    "step, atomic",
+    [
+        (dict(seed=5, Q=37, M=6), False),
+        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), True),
+        (dict(seed=3, Q=35, M=9, qlen=10), True),
+    ],
+)
+def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monkeypatch, step, atomic):
+    """The forward, dk/dv and dq at tiles of 32 rows by 16 keys (three chunks of distances a tile, two carried along
+    the keys), dkr by its kernel or added up in dq: the output and every gradient equal those of 16-row square tiles
+    (only the order of sums differs), over partial tiles of rows and keys, every term on, distances past R or below 0,
+    positional keys shared or per row, dropout drawn alike."""
+    from xlnet_lite import triton_attention as ta
+
+    run = banded_step(**step)
+    reference = run()
+    interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
+    for kernel in ("forward", "dk_dv", "dq"):
+        monkeypatch.setitem(interpreter, kernel, ta.Launch(32, 1, 1, keys=16))
+    if atomic:
+        monkeypatch.setitem(interpreter, "dkr", None)
+    out, grads = run()
+    torch.testing.assert_close(out, reference[0], atol=1e-5, rtol=1e-5)
+    for name, g, r in zip(("qw", "k", "v", "qr", "kr", "gain"), grads, reference[1]):
+        assert r.abs().max() > 0, name
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+    monkeypatch.setitem(interpreter, "dq", ta.Launch(16, 1, 1, keys=32))
+    with pytest.raises(ValueError, match="dq's Launch"):
+        run()
+
+
+@pytest.mark.parametrize(
     "kr_rows, dropout, qlen, extra_distances",
     [(1, 0.0, None, 0), (B, 0.1, None, 0), (1, 0.0, 45, -12), (B, 0.0, 10, 0)],
 )
