@@ -14,14 +14,15 @@ ends, so a run stopped by a time limit keeps the rows before):
 
 - "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
   masks in eager mode), dropout 0;
-- each --variants at the defaults: dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel), the mask as
-  the (B, Q, K) block (as a compiled model passes it), the positional term dense (the (B, N, Q, K) shifted scores
-  read, as the query stream takes them, instead of the band computed inside), no mask, no segments, dropout 0.1;
+- "dkr_atomic" (of --variants): dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel);
 - each --settings ROWSxKEYS/WARPS/STAGES other than the defaults, every kernel at it (each timed alone, so one row
   gives each kernel's time at the setting; dkr's tile is KEYS distances); a setting the device cannot compile or
   launch, such as one past its shared memory, is named with its error in the JSON's "refused". The default list, in
   order of promise (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64
-  rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default.
+  rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default;
+- the other --variants at the defaults, where the time goes: the mask as the (B, Q, K) block (as a compiled model
+  passes it), the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream takes them,
+  instead of the band computed inside), no mask, no segments, dropout 0.1.
 
 "fastest" gives each kernel's fastest setting. The check: each setting's output and input gradients against the
 default row's (a setting changes only the order of sums), and the block's, the dense term's and the atomic dkr's
@@ -261,12 +262,15 @@ def main(argv=None):
         save()
 
     measure("default", "ranks")
-    for variant in args.variants:
-        measure(variant, variant)
+    if "dkr_atomic" in args.variants:
+        measure("dkr_atomic", "dkr_atomic")
     for text, setting in settings.items():
         if setting != defaults:
             rows_keys, warps, stages = text.split("/")
             measure(f"tile{rows_keys}_warps{warps}_stages{stages}", "ranks", setting)
+    for variant in args.variants:
+        if variant != "dkr_atomic":
+            measure(variant, variant)
     fastest = {}
     timed = [r for r in rows if r["variant"] == "ranks"]
     for kernel in defaults if timed else ():
