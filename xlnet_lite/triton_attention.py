@@ -888,7 +888,12 @@ KERNELS = ("forward", "dk_dv", "dq", "dkr")
 # cards. Each kernel's setting is its own (benchmarks/bench_triton_kernels.py times each kernel at each setting); dkr's
 # None launches no dkr kernel: dq adds each tile's part of dkr by atomic adds (no recomputation of the scores for dkr,
 # but the sum's order, and so its last bits, varies from run to run on a GPU; the dkr kernel runs instead while
-# torch.use_deterministic_algorithms is on).
+# torch.use_deterministic_algorithms is on). How Triton lays the tensor-core work out (triton_resources' warps
+# column): at 32 rows a tile the warps sit side by side along the keys (the P.V product, 32 x 64, is wider than
+# tall), so each row's softmax is reduced across warps and P passes through shared memory, as in FlashAttention 1
+# (and 8 warps on 32 keys repeat the score products); tiles of 64 rows by 32 keys (Launch(64, 4, s, keys=32)) give
+# each of 4 warps 16 whole rows, as FlashAttention 2 does, on an H100 by warpgroup MMA, and spill at most 132 bytes
+# (dq). Untimed so far: bench_triton_kernels times them.
 LAUNCH = {
     "cuda": {"forward": Launch(32, 4, 3), "dk_dv": Launch(32, 4, 3), "dq": Launch(32, 4, 3), "dkr": Launch(32, 4, 1)},
     "cuda_fp32": dict.fromkeys(KERNELS, Launch(32, 8, 1)),
