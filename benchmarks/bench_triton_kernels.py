@@ -15,11 +15,12 @@ ends, so a run stopped by a time limit keeps the rows before):
 - "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
   masks in eager mode), dropout 0;
 - "dkr_atomic" (of --variants): dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel);
-- each --settings ROWSxKEYS/WARPS/STAGES other than the defaults, every kernel at it (each timed alone, so one row
-  gives each kernel's time at the setting; dkr's tile is KEYS distances); a setting the device cannot compile or
-  launch, such as one past its shared memory, is named with its error in the JSON's "refused". The default list, in
-  order of promise (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64
-  rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default;
+- each --settings ROWSxKEYS/WARPS/STAGES[/atomic] other than the defaults, every kernel at it (each timed alone, so
+  one row gives each kernel's time at the setting; dkr's tile is KEYS distances; /atomic: no dkr kernel, dq adding
+  dkr up, so compare its total; "fastest" leaves it out); a setting the device cannot compile or launch, such as one
+  past its shared memory, is named with its error in the JSON's "refused". The default list, in order of promise
+  (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64 rows by 32 keys at 4
+  warps: on an H100 warpgroup MMA), then the square tiles around the default;
 - the other --variants at the defaults, where the time goes: the mask as the (B, Q, K) block (as a compiled model
   passes it), the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream takes them,
   instead of the band computed inside), no mask, no segments, dropout 0.1.
@@ -46,28 +47,40 @@ from xlnet_lite.training import write_json
 
 KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
 VARIANTS = ("dkr_atomic", "block", "dense", "nomask", "noseg", "dropout")
-SETTINGS = ("64x32/4/3", "64x32/4/2", "32x32/4/2", "64x64/4/2", "128x64/8/2", "32x16/2/3", "32x32/4/1", "32x32/8/3")
+SETTINGS = (
+    "64x32/4/3",
+    "64x32/4/3/atomic",
+    "64x32/4/2",
+    "32x32/4/2",
+    "64x64/4/2",
+    "128x64/8/2",
+    "32x16/2/3",
+    "32x32/4/1",
+    "32x32/8/3",
+)
 
 
 def parse_setting(text):
-    """ "ROWSxKEYS/WARPS/STAGES" -> {kernel: triton_attention.Launch}: the forward, dk/dv and dq at tiles of ROWS rows
-    by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile; ValueError if it is not of that form."""
+    """ROWSxKEYS/WARPS/STAGES[/atomic] -> {kernel: triton_attention.Launch or None}: the forward, dk/dv and dq at tiles
+    of ROWS rows by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile, or with /atomic None (no dkr
+    kernel: dq adds dkr up); ValueError if the text is not of that form."""
     from xlnet_lite import triton_attention as ta
 
     try:
-        tile, warps, stages = text.split("/")
+        tile, warps, stages, *atomic = text.split("/")
         rows, keys = (int(n) for n in tile.split("x"))
         warps, stages = int(warps), int(stages)
+        if atomic not in ([], ["atomic"]):
+            raise ValueError
     except ValueError:
-        raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES (e.g. 64x32/4/3)") from None
+        raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES[/atomic] (e.g. 64x32/4/3)") from None
     if keys < 16 or keys & (keys - 1) or rows not in (keys, 2 * keys):
         raise ValueError(f"{text!r}: KEYS a power of two of at least 16 (tl.dot's smallest), ROWS KEYS or twice it")
     if warps < 1 or warps & (warps - 1) or stages < 1:
         raise ValueError(f"{text!r}: WARPS a power of two, STAGES at least 1")
     half = None if keys == rows else keys
-    return {
-        k: ta.Launch(keys, warps, stages) if k == "dkr" else ta.Launch(rows, warps, stages, half) for k in ta.KERNELS
-    }
+    settings = {k: ta.Launch(rows, warps, stages, half) for k in ta.KERNELS}
+    return {**settings, "dkr": None if atomic else ta.Launch(keys, warps, stages)}
 
 
 @contextlib.contextmanager
@@ -189,7 +202,8 @@ def main(argv=None):
         "--settings",
         nargs="*",
         default=list(SETTINGS),
-        help="launch settings ROWSxKEYS/WARPS/STAGES (KEYS = ROWS or ROWS / 2), each a row with every kernel at it",
+        help="launch settings ROWSxKEYS/WARPS/STAGES[/atomic] (KEYS = ROWS or ROWS / 2; /atomic: dq adds dkr up), "
+        "each a row with every kernel at it",
     )
     parser.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--out", default="benchmarks/results/gpu/triton_kernels.json")
@@ -266,8 +280,9 @@ def main(argv=None):
         measure("dkr_atomic", "dkr_atomic")
     for text, setting in settings.items():
         if setting != defaults:
-            rows_keys, warps, stages = text.split("/")
-            measure(f"tile{rows_keys}_warps{warps}_stages{stages}", "ranks", setting)
+            rows_keys, warps, stages, *atomic = text.split("/")
+            label = f"tile{rows_keys}_warps{warps}_stages{stages}" + "_atomic" * bool(atomic)
+            measure(label, "dkr_atomic" if atomic else "ranks", setting)
     for variant in args.variants:
         if variant != "dkr_atomic":
             measure(variant, variant)
