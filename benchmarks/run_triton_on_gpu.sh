@@ -26,9 +26,9 @@ timeout "${TESTS_S:-90}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xl
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
 timeout "${KERNEL_S:-60}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
     --out "$OUT/triton_attention_base_dropout0.json" 2>&1 | tee "$OUT/bench_triton_attention.log"
-timeout "${KERNELS_S:-110}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
+timeout "${KERNELS_S:-130}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
     | tee "$OUT/bench_triton_kernels.log"
-timeout "${BENCH_S:-120}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
+timeout "${BENCH_S:-100}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
     lite_sdpa_cudnn_nodrop_bf16 lite_triton_nodrop_bf16 lite_triton_bf16 \
     --out "$OUT/model_base_triton.json" 2>&1 | tee "$OUT/bench_triton.log"
 echo "benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"
