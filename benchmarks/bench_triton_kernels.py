@@ -16,11 +16,12 @@ ends, so a run stopped by a time limit keeps the rows before):
   masks in eager mode), dropout 0;
 - "dkr_atomic" (of --variants): dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel);
 - each --settings ROWSxKEYS/WARPS/STAGES[/atomic] other than the defaults, every kernel at it (each timed alone, so
-  one row gives each kernel's time at the setting; dkr's tile is KEYS distances; /atomic: no dkr kernel, dq adding
-  dkr up, so compare its total; "fastest" leaves it out); a setting the device cannot compile or launch, such as one
-  past its shared memory, is named with its error in the JSON's "refused". The default list, in order of promise
-  (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64 rows by 32 keys at 4
-  warps: on an H100 warpgroup MMA), then the square tiles around the default;
+  one row gives each kernel's time at the setting; dkr's tile is KEYS distances; with KEYS = 2 ROWS, dk/dv at ROWS
+  rows by KEYS keys, held keys by rows, the forward and dq at KEYS rows by ROWS keys, dkr at ROWS; /atomic: no dkr
+  kernel, dq adding dkr up, so compare its total; "fastest" leaves it out); a setting the device cannot compile or
+  launch, such as one past its shared memory, is named with its error in the JSON's "refused". The default list, in
+  order of promise (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64
+  rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default;
 - the other --variants at the defaults, where the time goes: the mask as the (B, Q, K) block (as a compiled model
   passes it), the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream takes them,
   instead of the band computed inside), no mask, no segments, dropout 0.1.
@@ -45,11 +46,18 @@ from benchmarks.environment import environment
 from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
-KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
+KERNELS = {
+    "_attn_fwd": "forward",
+    "_attn_bwd_dkdv": "dk_dv",
+    "_attn_bwd_dkdv_keys": "dk_dv",  # dk/dv at tiles of more keys than rows
+    "_attn_bwd_dq": "dq",
+    "_attn_bwd_dkr": "dkr",
+}
 VARIANTS = ("dkr_atomic", "block", "dense", "nomask", "noseg", "dropout")
 SETTINGS = (
     "64x32/4/3",
     "64x32/4/3/atomic",
+    "32x64/4/3",
     "64x32/4/2",
     "32x32/4/2",
     "64x64/4/2",
@@ -63,7 +71,9 @@ SETTINGS = (
 def parse_setting(text):
     """ROWSxKEYS/WARPS/STAGES[/atomic] -> {kernel: triton_attention.Launch or None}: the forward, dk/dv and dq at tiles
     of ROWS rows by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile, or with /atomic None (no dkr
-    kernel: dq adds dkr up); ValueError if the text is not of that form."""
+    kernel: dq adds dkr up); KEYS = 2 ROWS: dk/dv at ROWS rows by KEYS keys (held keys by rows), the forward and dq
+    at KEYS rows by ROWS keys, dkr at ROWS (FlashAttention 2's arrangement); ValueError if the text is not of that
+    form."""
     from xlnet_lite import triton_attention as ta
 
     try:
@@ -74,10 +84,16 @@ def parse_setting(text):
             raise ValueError
     except ValueError:
         raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES[/atomic] (e.g. 64x32/4/3)") from None
-    if keys < 16 or keys & (keys - 1) or rows not in (keys, 2 * keys):
-        raise ValueError(f"{text!r}: KEYS a power of two of at least 16 (tl.dot's smallest), ROWS KEYS or twice it")
+    if min(rows, keys) < 16 or keys & (keys - 1) or rows not in (keys, 2 * keys, keys // 2):
+        raise ValueError(
+            f"{text!r}: KEYS a power of two, ROWS and KEYS at least 16 (tl.dot's smallest), ROWS KEYS, twice or half it"
+        )
     if warps < 1 or warps & (warps - 1) or stages < 1:
         raise ValueError(f"{text!r}: WARPS a power of two, STAGES at least 1")
+    if keys == 2 * rows:
+        tall = ta.Launch(keys, warps, stages, rows)
+        settings = dict(forward=tall, dk_dv=ta.Launch(rows, warps, stages, keys), dq=tall)
+        return {**settings, "dkr": None if atomic else ta.Launch(rows, warps, stages)}
     half = None if keys == rows else keys
     settings = {k: ta.Launch(rows, warps, stages, half) for k in ta.KERNELS}
     return {**settings, "dkr": None if atomic else ta.Launch(keys, warps, stages)}
@@ -85,7 +101,7 @@ def parse_setting(text):
 
 @contextlib.contextmanager
 def kernels_replaced(wrap):
-    """The module's four kernels replaced by wrap(kernel, name) for the block (name: forward, dk_dv, dq, dkr), put
+    """The module's kernels replaced by wrap(kernel, name) for the block (name: forward, dk_dv, dq, dkr), put
     back after it."""
     from xlnet_lite import triton_attention as ta
 

@@ -10,7 +10,7 @@ shipped with Triton), what one warp executes in the kernel's innermost loop, one
 instructions, how many are tensor-core matrix multiplies (HMMA, or HGMMA where Triton uses Hopper's warpgroup MMA),
 and how many move data (shuffles between threads, shared-memory loads and stores, barriers, global loads, local memory).
 
-    python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--keys square half] [--warps 4 8]
+    python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--keys square half double] [--warps 4 8]
                                           [--stages 1 2 3] [--dtypes bf16 fp32]
                                           [--variants dropout block nomask noseg atomic] [--out FILE]
     python -m benchmarks.triton_resources --defaults [--dtypes bf16] ...   (each kernel at the library's setting)
@@ -224,9 +224,11 @@ def main(argv=None):
     parser.add_argument(
         "--keys",
         nargs="+",
-        choices=["square", "half"],
+        choices=["square", "half", "double"],
         default=["square"],
-        help="keys per tile of the forward, dk/dv and dq: the rows (square) or half as many (dkr's tile: the keys)",
+        help="keys per tile of the forward, dk/dv and dq: the rows (square) or half as many (dkr's tile: the keys); "
+        "double: dk/dv at TILE rows by 2 TILE keys (held keys by rows), the forward and dq at 2 TILE rows by TILE "
+        "keys, dkr at TILE",
     )
     parser.add_argument("--warps", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3])
@@ -261,6 +263,12 @@ def main(argv=None):
             yield dict(ta.LAUNCH["cuda" if dtype == "bf16" else "cuda_fp32"])
             return
         for tile, keys, warps, stages in itertools.product(args.tiles, args.keys, args.warps, args.stages):
+            if keys == "double":
+                tall = ta.Launch(2 * tile, warps, stages, tile)
+                yield dict(
+                    forward=tall, dk_dv=ta.Launch(tile, warps, stages, 2 * tile), dq=tall, dkr=ta.Launch(tile, warps, 1)
+                )
+                continue
             half = tile // 2 if keys == "half" else None
             yield {
                 kernel: ta.Launch(half or tile, warps, 1) if kernel == "dkr" else ta.Launch(tile, warps, stages, half)

@@ -550,6 +550,129 @@ def _attn_bwd_dkdv(
 
 
 @triton.jit
+def _attn_bwd_dkdv_keys(
+    QW,
+    QR,
+    KEY,
+    VAL,
+    KR,
+    POS,
+    GAIN,
+    SEGQ,
+    SEGK,
+    BLK,
+    SEED,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    sq_b,
+    sq_n,
+    sq_m,
+    sk_b,
+    sk_n,
+    sk_j,
+    sv_b,
+    sv_n,
+    sv_j,
+    skr_b,
+    skr_n,
+    skr_d,
+    skr_r,
+    sp_b,
+    sp_n,
+    sp_m,
+    sp_j,
+    ssq_b,
+    ssk_b,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    so_b,
+    so_n,
+    so_m,
+    N,
+    Q,
+    K,
+    R,
+    D,
+    qlen,
+    diag,
+    DROP_P,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BAND: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    RANKED: tl.constexpr,
+    PREC: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
+    """_attn_bwd_dkdv with the tile transposed, keys by rows (BLOCK_N keys, a multiple of BLOCK_M, by BLOCK_M
+    queries), as FlashAttention 2's dk/dv loop holds it: every product's rows are the block's keys, so the warps
+    share the keys (each warp whole keys of dk and dv). The positional term of (key j, row a) is at distance base + j
+    - a + BLOCK_M - 1 (base = qlen - (m0 + BLOCK_M - 1) + n0): the keys at distances base.. and base + BLOCK_M.. times
+    qr give two (BLOCK_N, BLOCK_M) products that hold every distance of the tile; each score reads one of them at
+    row j - a + BLOCK_M - 1 (or that less BLOCK_M)."""
+    pid_n, bn = tl.program_id(0), tl.program_id(1)
+    b, n = bn // N, bn % N
+    n0 = pid_n * BLOCK_N
+    offs_n, offs_d = n0 + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
+    kv_ok = (offs_n[:, None] < K) & (offs_d[None, :] < D)  # (BLOCK_N, BLOCK_D)
+    k = tl.load(KEY + b * sk_b + n * sk_n + offs_n[:, None] * sk_j + offs_d[None, :], mask=kv_ok, other=0.0)
+    v = tl.load(VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=kv_ok, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    row_of = tl.arange(0, BLOCK_N)[:, None] - tl.arange(0, BLOCK_M)[None, :] + (BLOCK_M - 1)  # (j, a): distance - base
+    seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1) if HAS_SEG else 0
+    for m0 in range(0, Q, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        qw, qr, gain, seg_q, q_ok, _ = _query_block(
+            QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+        )
+        do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
+        s = tl.dot(k, tl.trans(qw), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
+        if BAND:
+            tl.static_assert(BLOCK_N % BLOCK_M == 0, "keys a multiple of the rows")
+            base = qlen - (m0 + BLOCK_M - 1) + n0
+            kr_base = KR + b * skr_b + n * skr_n
+            krt = _band_keys(kr_base, skr_d, skr_r, offs_d, base, R, D, BLOCK_N)
+            lo = tl.dot(tl.trans(krt), tl.trans(qr), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
+            krt = _band_keys(kr_base, skr_d, skr_r, offs_d, base + BLOCK_M, R, D, BLOCK_N)
+            hi = tl.dot(tl.trans(krt), tl.trans(qr), input_precision=PREC)
+            s += tl.where(
+                row_of < BLOCK_N,
+                tl.gather(lo, tl.minimum(row_of, BLOCK_N - 1), 0),
+                tl.gather(hi, tl.maximum(row_of - BLOCK_M, 0), 0),
+            )
+        else:
+            pos = POS + b * sp_b + n * sp_n + offs_m[None, :] * sp_m + offs_n[:, None] * sp_j
+            s += tl.load(pos, mask=(offs_m[None, :] < Q) & (offs_n[:, None] < K), other=0.0).to(tl.float32)
+        if HAS_SEG:
+            s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
+        visible = (offs_n < K)[:, None] & (offs_m < Q)[None, :]
+        if HAS_MASK:
+            visible &= _unmasked(
+                BLK, b, offs_m[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED
+            )
+        p = tl.exp(tl.where(visible, s, float("-inf")) - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        dp = tl.dot(v, tl.trans(do), input_precision=PREC)
+        if HAS_DROPOUT:
+            kept = _kept(SEED, bn, offs_m[None, :], offs_n[:, None], Q, K, DROP_P)
+            dv += tl.dot((p * kept).to(do.dtype), do, input_precision=PREC)
+            dp = dp * kept
+        else:
+            dv += tl.dot(p.to(do.dtype), do, input_precision=PREC)
+        ds = p * (dp - delta[None, :])
+        dk += tl.dot(ds.to(qw.dtype), qw, input_precision=PREC)
+    kv_off = (bn * K + offs_n[:, None]) * D + offs_d[None, :]
+    tl.store(DK + kv_off, dk.to(DK.dtype.element_ty), mask=kv_ok)
+    tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_ok)
+
+
+@triton.jit
 def _attn_bwd_dq(
     QW,
     QR,
@@ -864,8 +987,8 @@ def _attn_bwd_dkr(
 
 class Launch(NamedTuple):
     """How one kernel is launched: rows (and keys, or distances for dkr) per tile, warps per program, software-
-    pipeline stages; keys, where a tile's keys are fewer than its rows: tile / 2 (the forward, dk/dv and dq; None:
-    square tiles)."""
+    pipeline stages; keys, where a tile's keys are not its rows (None: square tiles): tile / 2 (the forward, dk/dv and
+    dq) or, for dk/dv, a multiple of the rows (its tile held keys by rows, _attn_bwd_dkdv_keys)."""
 
     tile: int
     warps: int
@@ -914,10 +1037,11 @@ def _launch(kernel, device, dtype):
     table = launch_settings(device, dtype)
     setting = table[kernel] or Launch(table["dk_dv"].tile, table["dk_dv"].warps, 1)
     keys = setting.tile if setting.keys is None else setting.keys
-    if keys != setting.tile and (kernel == "dkr" or setting.tile != 2 * keys):
+    halved = kernel != "dkr" and setting.tile == 2 * keys
+    if keys != setting.tile and not halved and not (kernel == "dk_dv" and keys % setting.tile == 0):
         raise ValueError(
-            f"triton_attention.LAUNCH: {kernel}'s {setting} is not a tile the kernel takes (keys None, or half the "
-            "rows for the forward, dk/dv and dq)"
+            f"triton_attention.LAUNCH: {kernel}'s {setting} is not a tile the kernel takes (keys None, half the "
+            "rows for the forward, dk/dv and dq, or a multiple of the rows for dk/dv)"
         )
     return setting.tile, keys, dict(num_warps=setting.warps, num_stages=setting.stages)
 
@@ -1001,8 +1125,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     )
     if dkr_atomic:
         dkr.zero_()  # dq adds into it
-    _, keys, tiled = _tiled("dk_dv", qw, args.flags)
-    _attn_bwd_dkdv[(triton.cdiv(K, keys), B * N)](
+    rows, keys, tiled = _tiled("dk_dv", qw, args.flags)
+    (_attn_bwd_dkdv_keys if keys > rows else _attn_bwd_dkdv)[(triton.cdiv(K, keys), B * N)](
         *args.pointers,
         dout,
         lse,

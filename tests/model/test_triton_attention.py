@@ -392,21 +392,22 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
 @pytest.mark.slow
 def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path):
     """benchmarks/bench_triton_kernels.py at its CPU shape: every kernel timed in the default row, at each other setting
-    (every kernel at it: square tiles of 32, tiles of 32 rows by 16 keys, those with dkr added up in dq) and in each
-    variant (dkr not launched when the positional term is dense or dq adds dkr up); a setting only reorders sums, and
-    the mask as the block, the dense positional term and dkr added up in dq give the same scores and gradients (each
-    within 1e-5 of the default's); each kernel's fastest setting is the fastest of the three rows that launch every
-    kernel; a setting not of that form is refused."""
+    (every kernel at it: square tiles of 32, tiles of 32 rows by 16 keys, those with dkr added up in dq, dk/dv at 16
+    rows by 32 keys) and in each variant (dkr not launched when the positional term is dense or dq adds dkr up); a
+    setting only reorders sums, and the mask as the block, the dense positional term and dkr added up in dq give the
+    same scores and gradients (each within 1e-5 of the default's); each kernel's fastest setting is the fastest of the
+    rows that launch every kernel; a setting not of that form is refused."""
     import json
 
     from benchmarks import bench_triton_kernels as bench
 
     out = tmp_path / "kernels.json"
-    given = ["16x16/1/1", "32x32/1/1", "32x16/1/1", "32x16/1/1/atomic"]
+    given = ["16x16/1/1", "32x32/1/1", "32x16/1/1", "32x16/1/1/atomic", "16x32/1/1"]
     bench.main(["--shape", "tiny", "--runs", "1", "--warmup", "0", "--settings", *given, "--out", str(out)])
     result = json.loads(out.read_text())
     rows = {r["label"]: r for r in result["rows"]}
-    settings = ["tile32x32_warps1_stages1", "tile32x16_warps1_stages1", "tile32x16_warps1_stages1_atomic"]
+    settings = [f"tile{t}_warps1_stages1" for t in ("32x32", "32x16", "32x16", "16x32")]
+    settings[2] += "_atomic"
     others = [v for v in bench.VARIANTS if v != "dkr_atomic"]
     assert list(rows) == ["default", "dkr_atomic", *settings, *others] and not result["refused"]
     for label, row in rows.items():
@@ -424,11 +425,15 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
         "dkr": dict(square, tile=16),
     }
     assert rows[settings[2]]["settings"] == {**rows[settings[1]]["settings"], "dkr": None}
+    assert rows[settings[3]]["settings"] == {
+        **rows[settings[1]]["settings"],
+        "dk_dv": dict(square, tile=16, keys=32),  # held keys by rows
+    }
     for kernel, best in result["fastest"].items():  # of the rows that launch every kernel
-        timed = [rows[label] for label in ("default", *settings[:2])]
+        timed = [rows[label] for label in ("default", *settings[:2], settings[3])]
         fastest = min(timed, key=lambda row: row["median_s"][kernel])
         assert best == dict(setting=fastest["settings"][kernel], median_s=fastest["median_s"][kernel])
-    for bad in ("24x24/1/1", "32x32/3/1", "64x16/4/1", "32x32/1", "32", "32x32/1/1/atom"):
+    for bad in ("24x24/1/1", "32x32/3/1", "64x16/4/1", "16x64/4/1", "8x16/1/1", "32x32/1", "32", "32x32/1/1/atom"):
         with pytest.raises(SystemExit):
             bench.main(["--shape", "tiny", "--settings", bad, "--out", str(out)])
 
@@ -609,18 +614,20 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "step, atomic",
+    "step, atomic, keys_major",
     [
-        (dict(seed=5, Q=37, M=6), False),
-        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), True),
-        (dict(seed=3, Q=35, M=9, qlen=10), True),
+        (dict(seed=5, Q=37, M=6), False, False),
+        (dict(seed=5, Q=37, M=6), False, True),
+        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), True, True),
+        (dict(seed=3, Q=35, M=9, qlen=10), True, False),
     ],
 )
-def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monkeypatch, step, atomic):
-    """The forward, dk/dv and dq at tiles of 32 rows by 16 keys (three chunks of distances a tile, two carried along
-    the keys), dkr by its kernel or added up in dq: the output and every gradient equal those of 16-row square tiles
-    (only the order of sums differs), over partial tiles of rows and keys, every term on, distances past R or below 0,
-    positional keys shared or per row, dropout drawn alike."""
+def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monkeypatch, step, atomic, keys_major):
+    """The forward and dq at tiles of 32 rows by 16 keys (three chunks of distances a tile, two carried along the
+    keys), dk/dv at the same or at 16 rows by 32 keys held keys by rows (_attn_bwd_dkdv_keys), dkr by its kernel or
+    added up in dq: the output and every gradient equal those of 16-row square tiles (only the order of sums
+    differs), over partial tiles of rows and keys, every term on, distances past R or below 0, positional keys shared
+    or per row, dropout drawn alike."""
     from xlnet_lite import triton_attention as ta
 
     run = banded_step(**step)
@@ -628,6 +635,8 @@ def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monke
     interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
     for kernel in ("forward", "dk_dv", "dq"):
         monkeypatch.setitem(interpreter, kernel, ta.Launch(32, 1, 1, keys=16))
+    if keys_major:
+        monkeypatch.setitem(interpreter, "dk_dv", ta.Launch(16, 1, 1, keys=32))
     if atomic:
         monkeypatch.setitem(interpreter, "dkr", None)
     out, grads = run()
@@ -635,9 +644,12 @@ def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monke
     for name, g, r in zip(("qw", "k", "v", "qr", "kr", "gain"), grads, reference[1]):
         assert r.abs().max() > 0, name
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
-    monkeypatch.setitem(interpreter, "dq", ta.Launch(16, 1, 1, keys=32))
-    with pytest.raises(ValueError, match="dq's Launch"):
-        run()
+    for kernel in ("dq", "dkr"):  # more keys than rows: dk/dv's alone
+        setting = interpreter[kernel]
+        monkeypatch.setitem(interpreter, kernel, ta.Launch(16, 1, 1, keys=32))
+        with pytest.raises(ValueError, match=f"{kernel}'s Launch"):
+            run()
+        monkeypatch.setitem(interpreter, kernel, setting)
 
 
 @pytest.mark.parametrize(
@@ -765,7 +777,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 20 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 22 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
