@@ -13,8 +13,11 @@ index) comes in one of two forms:
 - banded (the content stream, pos_i = i): a (B, B) tile's distances run over two halves of B positions, so the
   kernel multiplies qr by each half's positional keys and reads each score at its shifted index (tl.gather); the
   loops over keys (the forward's, dq's) carry the second half's product to the next tile, whose first half it is
-  (one (B, B) product a tile; dk/dv, whose rows change each turn, makes both). dq gathers the score gradient back
-  into the halves' layout for dqr (a distance's two parts summed, then multiplied once); a third backward kernel
+  (one (B, B) product a tile; dk/dv, whose rows change each turn, makes both). A tile of 2B rows by B keys reads
+  three chunks of B distances, each half of its rows two of them as a square tile does (two carried, one made a
+  tile); dk/dv may hold its tile keys by rows (more keys than rows, each warp whole keys: _attn_bwd_dkdv_keys). dq
+  gathers the score gradient back into the halves' layout for dqr (a distance's two parts summed, then multiplied
+  once); a third backward kernel
   gives dkr a block of distances at a time, over the slab of keys those distances reach from each block of queries
   (no atomics), or, with dkr's launch setting None, dq adds dkr up by atomic adds (the sum's order, and so its last
   bits, then vary from run to run; not while torch.use_deterministic_algorithms is on). No (Q, K) or (Q, R) tensor
