@@ -49,7 +49,6 @@ from xlnet_lite.training import write_json
 KERNELS = {
     "_attn_fwd": "forward",
     "_attn_bwd_dkdv": "dk_dv",
-    "_attn_bwd_dkdv_keys": "dk_dv",  # dk/dv at tiles of more keys than rows
     "_attn_bwd_dq": "dq",
     "_attn_bwd_dkr": "dkr",
 }

@@ -15,7 +15,7 @@ index) comes in one of two forms:
   loops over keys (the forward's, dq's) carry the second half's product to the next tile, whose first half it is
   (one (B, B) product a tile; dk/dv, whose rows change each turn, makes both). A tile of 2B rows by B keys reads
   three chunks of B distances, each half of its rows two of them as a square tile does (two carried, one made a
-  tile); dk/dv may hold its tile keys by rows (more keys than rows, each warp whole keys: _attn_bwd_dkdv_keys). dq
+  tile); dk/dv may hold its tile keys by rows (more keys than rows, each warp whole keys). dq
   gathers the score gradient back into the halves' layout for dqr (a distance's two parts summed, then multiplied
   once); a third backward kernel
   gives dkr a block of distances at a time, over the slab of keys those distances reach from each block of queries
@@ -472,207 +472,141 @@ def _attn_bwd_dkdv(
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
 ):
-    """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous."""
+    """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous.
+
+    With more keys than rows a tile (BLOCK_N a multiple of BLOCK_M) the tile is held keys by rows, as FlashAttention
+    2's dk/dv loop holds it: every product's rows are the block's keys, so the warps share the keys (each warp whole
+    keys of dk and dv). The positional term of (key j, row a) is at distance base + j - a + BLOCK_M - 1 (base = qlen -
+    (m0 + BLOCK_M - 1) + n0): the keys at distances base.. and base + BLOCK_M.. times qr give two (BLOCK_N, BLOCK_M)
+    products that hold every distance of the tile; each score reads one of them at row j - a + BLOCK_M - 1 (or that
+    less BLOCK_M)."""
     pid_n, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     n0 = pid_n * BLOCK_N
     offs_n, offs_d = n0 + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
-    kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
-    kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-    vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    for m0 in range(0, Q, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        qw, qr, gain, seg_q, q_ok, _ = _query_block(
-            QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
-        )
-        do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
-        band_lo, band_mid, _, _ = _band_chunks(  # other rows each turn: every chunk
-            qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
-        )
-        s, _, _ = _tile_scores(
-            qw,
-            qr,
-            kt,
-            band_lo,
-            band_mid,
-            KR,
-            POS,
-            SEGK,
-            BLK,
-            gain,
-            seg_q,
-            b,
-            n,
-            m0,
-            n0,
-            offs_m,
-            offs_n,
-            offs_d,
-            skr_b,
-            skr_n,
-            skr_d,
-            skr_r,
-            sp_b,
-            sp_n,
-            sp_m,
-            sp_j,
-            ssk_b,
-            sbk_b,
-            sbk_m,
-            sbk_j,
-            Q,
-            K,
-            R,
-            D,
-            qlen,
-            diag,
-            BLOCK_M,
-            BLOCK_N,
-            BAND,
-            HAS_SEG,
-            HAS_MASK,
-            RANKED,
-            PREC,
-        )
-        p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
-        dp = tl.dot(do, vt, input_precision=PREC)
-        if HAS_DROPOUT:
-            kept = _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
-            dv += tl.dot(tl.trans(p * kept).to(do.dtype), do, input_precision=PREC)
-            dp = dp * kept
-        else:
-            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds).to(qw.dtype), qw, input_precision=PREC)
+    if BLOCK_N > BLOCK_M:
+        kv_ok = (offs_n[:, None] < K) & (offs_d[None, :] < D)  # (BLOCK_N, BLOCK_D)
+        k = tl.load(KEY + b * sk_b + n * sk_n + offs_n[:, None] * sk_j + offs_d[None, :], mask=kv_ok, other=0.0)
+        v = tl.load(VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=kv_ok, other=0.0)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        # (key j, row a): distance - base
+        row_of = tl.arange(0, BLOCK_N)[:, None] - tl.arange(0, BLOCK_M)[None, :] + (BLOCK_M - 1)
+        seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1) if HAS_SEG else 0
+        for m0 in range(0, Q, BLOCK_M):
+            offs_m = m0 + tl.arange(0, BLOCK_M)
+            qw, qr, gain, seg_q, q_ok, _ = _query_block(
+                QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+            )
+            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
+            s = tl.dot(k, tl.trans(qw), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
+            if BAND:
+                tl.static_assert(BLOCK_N % BLOCK_M == 0, "keys a multiple of the rows")
+                base = qlen - (m0 + BLOCK_M - 1) + n0
+                kr_base = KR + b * skr_b + n * skr_n
+                krt = _band_keys(kr_base, skr_d, skr_r, offs_d, base, R, D, BLOCK_N)
+                lo = tl.dot(tl.trans(krt), tl.trans(qr), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
+                krt = _band_keys(kr_base, skr_d, skr_r, offs_d, base + BLOCK_M, R, D, BLOCK_N)
+                hi = tl.dot(tl.trans(krt), tl.trans(qr), input_precision=PREC)
+                s += tl.where(
+                    row_of < BLOCK_N,
+                    tl.gather(lo, tl.minimum(row_of, BLOCK_N - 1), 0),
+                    tl.gather(hi, tl.maximum(row_of - BLOCK_M, 0), 0),
+                )
+            else:
+                pos = POS + b * sp_b + n * sp_n + offs_m[None, :] * sp_m + offs_n[:, None] * sp_j
+                s += tl.load(pos, mask=(offs_m[None, :] < Q) & (offs_n[:, None] < K), other=0.0).to(tl.float32)
+            if HAS_SEG:
+                s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
+            visible = (offs_n < K)[:, None] & (offs_m < Q)[None, :]
+            if HAS_MASK:
+                visible &= _unmasked(
+                    BLK, b, offs_m[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED
+                )
+            p = tl.exp(tl.where(visible, s, float("-inf")) - lse[None, :])  # (BLOCK_N, BLOCK_M)
+            dp = tl.dot(v, tl.trans(do), input_precision=PREC)
+            if HAS_DROPOUT:
+                kept = _kept(SEED, bn, offs_m[None, :], offs_n[:, None], Q, K, DROP_P)
+                dv += tl.dot((p * kept).to(do.dtype), do, input_precision=PREC)
+                dp = dp * kept
+            else:
+                dv += tl.dot(p.to(do.dtype), do, input_precision=PREC)
+            ds = p * (dp - delta[None, :])
+            dk += tl.dot(ds.to(qw.dtype), qw, input_precision=PREC)
+    else:
+        kv_ok = (offs_n[None, :] < K) & (offs_d[:, None] < D)  # (BLOCK_D, BLOCK_N)
+        kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        for m0 in range(0, Q, BLOCK_M):
+            offs_m = m0 + tl.arange(0, BLOCK_M)
+            qw, qr, gain, seg_q, q_ok, _ = _query_block(
+                QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
+            )
+            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
+            band_lo, band_mid, _, _ = _band_chunks(  # other rows each turn: every chunk
+                qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
+            )
+            s, _, _ = _tile_scores(
+                qw,
+                qr,
+                kt,
+                band_lo,
+                band_mid,
+                KR,
+                POS,
+                SEGK,
+                BLK,
+                gain,
+                seg_q,
+                b,
+                n,
+                m0,
+                n0,
+                offs_m,
+                offs_n,
+                offs_d,
+                skr_b,
+                skr_n,
+                skr_d,
+                skr_r,
+                sp_b,
+                sp_n,
+                sp_m,
+                sp_j,
+                ssk_b,
+                sbk_b,
+                sbk_m,
+                sbk_j,
+                Q,
+                K,
+                R,
+                D,
+                qlen,
+                diag,
+                BLOCK_M,
+                BLOCK_N,
+                BAND,
+                HAS_SEG,
+                HAS_MASK,
+                RANKED,
+                PREC,
+            )
+            p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
+            dp = tl.dot(do, vt, input_precision=PREC)
+            if HAS_DROPOUT:
+                kept = _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
+                dv += tl.dot(tl.trans(p * kept).to(do.dtype), do, input_precision=PREC)
+                dp = dp * kept
+            else:
+                dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
+            ds = p * (dp - delta[:, None])
+            dk += tl.dot(tl.trans(ds).to(qw.dtype), qw, input_precision=PREC)
     kv_off = (bn * K + offs_n[:, None]) * D + offs_d[None, :]
     kv_store = (offs_n[:, None] < K) & (offs_d[None, :] < D)
     tl.store(DK + kv_off, dk.to(DK.dtype.element_ty), mask=kv_store)
     tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_store)
-
-
-@triton.jit
-def _attn_bwd_dkdv_keys(
-    QW,
-    QR,
-    KEY,
-    VAL,
-    KR,
-    POS,
-    GAIN,
-    SEGQ,
-    SEGK,
-    BLK,
-    SEED,
-    DO,
-    LSE,
-    DELTA,
-    DK,
-    DV,
-    sq_b,
-    sq_n,
-    sq_m,
-    sk_b,
-    sk_n,
-    sk_j,
-    sv_b,
-    sv_n,
-    sv_j,
-    skr_b,
-    skr_n,
-    skr_d,
-    skr_r,
-    sp_b,
-    sp_n,
-    sp_m,
-    sp_j,
-    ssq_b,
-    ssk_b,
-    sbk_b,
-    sbk_m,
-    sbk_j,
-    so_b,
-    so_n,
-    so_m,
-    N,
-    Q,
-    K,
-    R,
-    D,
-    qlen,
-    diag,
-    DROP_P,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BAND: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    HAS_MASK: tl.constexpr,
-    RANKED: tl.constexpr,
-    PREC: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr,
-):
-    """_attn_bwd_dkdv with the tile transposed, keys by rows (BLOCK_N keys, a multiple of BLOCK_M, by BLOCK_M
-    queries), as FlashAttention 2's dk/dv loop holds it: every product's rows are the block's keys, so the warps
-    share the keys (each warp whole keys of dk and dv). The positional term of (key j, row a) is at distance base + j
-    - a + BLOCK_M - 1 (base = qlen - (m0 + BLOCK_M - 1) + n0): the keys at distances base.. and base + BLOCK_M.. times
-    qr give two (BLOCK_N, BLOCK_M) products that hold every distance of the tile; each score reads one of them at
-    row j - a + BLOCK_M - 1 (or that less BLOCK_M)."""
-    pid_n, bn = tl.program_id(0), tl.program_id(1)
-    b, n = bn // N, bn % N
-    n0 = pid_n * BLOCK_N
-    offs_n, offs_d = n0 + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
-    kv_ok = (offs_n[:, None] < K) & (offs_d[None, :] < D)  # (BLOCK_N, BLOCK_D)
-    k = tl.load(KEY + b * sk_b + n * sk_n + offs_n[:, None] * sk_j + offs_d[None, :], mask=kv_ok, other=0.0)
-    v = tl.load(VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=kv_ok, other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    row_of = tl.arange(0, BLOCK_N)[:, None] - tl.arange(0, BLOCK_M)[None, :] + (BLOCK_M - 1)  # (j, a): distance - base
-    seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1) if HAS_SEG else 0
-    for m0 in range(0, Q, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        qw, qr, gain, seg_q, q_ok, _ = _query_block(
-            QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG
-        )
-        do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q)
-        s = tl.dot(k, tl.trans(qw), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
-        if BAND:
-            tl.static_assert(BLOCK_N % BLOCK_M == 0, "keys a multiple of the rows")
-            base = qlen - (m0 + BLOCK_M - 1) + n0
-            kr_base = KR + b * skr_b + n * skr_n
-            krt = _band_keys(kr_base, skr_d, skr_r, offs_d, base, R, D, BLOCK_N)
-            lo = tl.dot(tl.trans(krt), tl.trans(qr), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
-            krt = _band_keys(kr_base, skr_d, skr_r, offs_d, base + BLOCK_M, R, D, BLOCK_N)
-            hi = tl.dot(tl.trans(krt), tl.trans(qr), input_precision=PREC)
-            s += tl.where(
-                row_of < BLOCK_N,
-                tl.gather(lo, tl.minimum(row_of, BLOCK_N - 1), 0),
-                tl.gather(hi, tl.maximum(row_of - BLOCK_M, 0), 0),
-            )
-        else:
-            pos = POS + b * sp_b + n * sp_n + offs_m[None, :] * sp_m + offs_n[:, None] * sp_j
-            s += tl.load(pos, mask=(offs_m[None, :] < Q) & (offs_n[:, None] < K), other=0.0).to(tl.float32)
-        if HAS_SEG:
-            s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
-        visible = (offs_n < K)[:, None] & (offs_m < Q)[None, :]
-        if HAS_MASK:
-            visible &= _unmasked(
-                BLK, b, offs_m[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED
-            )
-        p = tl.exp(tl.where(visible, s, float("-inf")) - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        dp = tl.dot(v, tl.trans(do), input_precision=PREC)
-        if HAS_DROPOUT:
-            kept = _kept(SEED, bn, offs_m[None, :], offs_n[:, None], Q, K, DROP_P)
-            dv += tl.dot((p * kept).to(do.dtype), do, input_precision=PREC)
-            dp = dp * kept
-        else:
-            dv += tl.dot(p.to(do.dtype), do, input_precision=PREC)
-        ds = p * (dp - delta[None, :])
-        dk += tl.dot(ds.to(qw.dtype), qw, input_precision=PREC)
-    kv_off = (bn * K + offs_n[:, None]) * D + offs_d[None, :]
-    tl.store(DK + kv_off, dk.to(DK.dtype.element_ty), mask=kv_ok)
-    tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
 
 @triton.jit
@@ -991,7 +925,7 @@ def _attn_bwd_dkr(
 class Launch(NamedTuple):
     """How one kernel is launched: rows (and keys, or distances for dkr) per tile, warps per program, software-
     pipeline stages; keys, where a tile's keys are not its rows (None: square tiles): tile / 2 (the forward, dk/dv and
-    dq) or, for dk/dv, a multiple of the rows (its tile held keys by rows, _attn_bwd_dkdv_keys)."""
+    dq) or, for dk/dv, a multiple of the rows (its tile then held keys by rows)."""
 
     tile: int
     warps: int
@@ -1128,8 +1062,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     )
     if dkr_atomic:
         dkr.zero_()  # dq adds into it
-    rows, keys, tiled = _tiled("dk_dv", qw, args.flags)
-    (_attn_bwd_dkdv_keys if keys > rows else _attn_bwd_dkdv)[(triton.cdiv(K, keys), B * N)](
+    _, keys, tiled = _tiled("dk_dv", qw, args.flags)
+    _attn_bwd_dkdv[(triton.cdiv(K, keys), B * N)](
         *args.pointers,
         dout,
         lse,

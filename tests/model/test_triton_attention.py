@@ -624,7 +624,7 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
 )
 def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monkeypatch, step, atomic, keys_major):
     """The forward and dq at tiles of 32 rows by 16 keys (three chunks of distances a tile, two carried along the
-    keys), dk/dv at the same or at 16 rows by 32 keys held keys by rows (_attn_bwd_dkdv_keys), dkr by its kernel or
+    keys), dk/dv at the same or at 16 rows by 32 keys held keys by rows, dkr by its kernel or
     added up in dq: the output and every gradient equal those of 16-row square tiles (only the order of sums
     differs), over partial tiles of rows and keys, every term on, distances past R or below 0, positional keys shared
     or per row, dropout drawn alike."""
