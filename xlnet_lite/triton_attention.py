@@ -953,7 +953,8 @@ KERNELS = ("forward", "dk_dv", "dq", "dkr")
 # tall), so each row's softmax is reduced across warps and P passes through shared memory, as in FlashAttention 1
 # (and 8 warps on 32 keys repeat the score products); tiles of 64 rows by 32 keys (Launch(64, 4, s, keys=32)) give
 # each of 4 warps 16 whole rows, as FlashAttention 2 does, on an H100 by warpgroup MMA, and spill at most 132 bytes
-# (dq). Untimed so far: bench_triton_kernels times them.
+# (dq); dk/dv may take Launch(32, 4, s, keys=64), its tile held keys by rows (each warp 16 whole keys). Untimed so
+# far: bench_triton_kernels times them.
 LAUNCH = {
     "cuda": {"forward": Launch(32, 4, 3), "dk_dv": Launch(32, 4, 3), "dq": Launch(32, 4, 3), "dkr": Launch(32, 4, 1)},
     "cuda_fp32": dict.fromkeys(KERNELS, Launch(32, 8, 1)),
