@@ -15,13 +15,12 @@ index) comes in one of two forms:
   loops over keys (the forward's, dq's) carry the second half's product to the next tile, whose first half it is
   (one (B, B) product a tile; dk/dv, whose rows change each turn, makes both). A tile of 2B rows by B keys reads
   three chunks of B distances, each half of its rows two of them as a square tile does (two carried, one made a
-  tile); dk/dv may hold its tile keys by rows (more keys than rows, each warp whole keys). dq
-  gathers the score gradient back into the halves' layout for dqr (a distance's two parts summed, then multiplied
-  once); a third backward kernel
-  gives dkr a block of distances at a time, over the slab of keys those distances reach from each block of queries
-  (no atomics), or, with dkr's launch setting None, dq adds dkr up by atomic adds (the sum's order, and so its last
-  bits, then vary from run to run; not while torch.use_deterministic_algorithms is on). No (Q, K) or (Q, R) tensor
-  is written, forward or backward.
+  tile); dk/dv may hold its tile keys by rows (more keys than rows, each warp whole keys). dq gathers the score
+  gradient back into the halves' layout for dqr (a distance's two parts summed, then multiplied once); a third
+  backward kernel gives dkr a block of distances at a time, over the slab of keys those distances reach from each
+  block of queries (no atomics), or, with dkr's launch setting None, dq adds dkr up by atomic adds (the sum's order,
+  and so its last bits, then vary from run to run; not while torch.use_deterministic_algorithms is on). No (Q, K) or
+  (Q, R) tensor is written, forward or backward.
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
