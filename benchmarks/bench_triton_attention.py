@@ -129,26 +129,20 @@ class HeldTo:
 
 
 class Tiled:
-    """The Triton path with every kernel at one tile and warp count (each at its own pipeline stages; dkr's tile the
-    keys'), the mask as ranks or as the block, forward and backward (the module's launch settings changed for the
-    step only)."""
+    """The Triton path with every kernel at one tile (rows, and keys: the rows unless given) and warp count, as
+    bench_triton_kernels' ROWSxKEYS/WARPS setting gives them, each at its own pipeline stages; the mask as ranks or as
+    the block; forward and backward (the module's launch settings changed for the step only)."""
 
     def __init__(self, tile, warps, ranks=False, keys=None):
-        self.tile, self.warps, self.ranks, self.keys = tile, warps, ranks, keys
+        self.tile, self.warps, self.ranks, self.keys = tile, warps, ranks, keys or tile
 
     def __call__(self, x, dropout, backward=True):
-        from benchmarks.bench_triton_kernels import launch_settings_changed
+        from benchmarks.bench_triton_kernels import launch_settings_changed, parse_setting
         from xlnet_lite import triton_attention as ta
 
         table = ta.launch_settings(x["qw"].device, x["qw"].dtype)
-        keys = None if self.keys == self.tile else self.keys
-        changes = {
-            k: ta.Launch(self.keys, self.warps, s.stages)
-            if k == "dkr"
-            else ta.Launch(self.tile, self.warps, s.stages, keys)
-            for k, s in table.items()
-            if s is not None
-        }
+        tiled = parse_setting(f"{self.tile}x{self.keys}/{self.warps}/1")  # each kernel at its own stages below
+        changes = {k: tiled[k]._replace(stages=s.stages) for k, s in table.items() if s is not None}
         with launch_settings_changed(table, changes):
             return step(lambda x, dropout: triton_path(x, dropout, self.ranks), x, dropout, backward)
 

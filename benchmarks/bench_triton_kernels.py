@@ -46,12 +46,7 @@ from benchmarks.environment import environment
 from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
-KERNELS = {
-    "_attn_fwd": "forward",
-    "_attn_bwd_dkdv": "dk_dv",
-    "_attn_bwd_dq": "dq",
-    "_attn_bwd_dkr": "dkr",
-}
+KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
 VARIANTS = ("dkr_atomic", "block", "dense", "nomask", "noseg", "dropout")
 SETTINGS = (
     "64x32/4/3",

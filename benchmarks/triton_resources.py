@@ -44,7 +44,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.compiler.compiler import make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-from benchmarks.bench_triton_kernels import kernels_replaced, launch_settings_changed  # noqa: E402
+from benchmarks.bench_triton_kernels import kernels_replaced, launch_settings_changed, parse_setting  # noqa: E402
 from benchmarks.environment import environment  # noqa: E402
 from xlnet_lite import triton_attention as ta  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks  # noqa: E402
@@ -250,6 +250,14 @@ def main(argv=None):
     for variant in args.variants:
         if not set(variant.split("+")) <= set(CHANGES):
             parser.error(f"--variants: {variant!r} is not one of {', '.join(CHANGES)} or several joined by '+'")
+    tables = []  # {kernel: Launch} a setting: bench_triton_kernels' ROWSxKEYS/WARPS/STAGES, dkr at one stage
+    for tile, keys, warps, stages in itertools.product(args.tiles, args.keys, args.warps, args.stages):
+        keys = {"square": tile, "half": tile // 2, "double": 2 * tile}[keys]
+        try:
+            settings = parse_setting(f"{tile}x{keys}/{warps}/{stages}")
+        except ValueError as error:
+            parser.error(f"--tiles, --keys, --warps, --stages: {error}")
+        tables.append({**settings, "dkr": settings["dkr"]._replace(stages=1)})
     limit = SHARED_LIMIT.get(args.arch)
     rows = []
     print(
@@ -262,18 +270,7 @@ def main(argv=None):
         if args.defaults:
             yield dict(ta.LAUNCH["cuda" if dtype == "bf16" else "cuda_fp32"])
             return
-        for tile, keys, warps, stages in itertools.product(args.tiles, args.keys, args.warps, args.stages):
-            if keys == "double":
-                tall = ta.Launch(2 * tile, warps, stages, tile)
-                yield dict(
-                    forward=tall, dk_dv=ta.Launch(tile, warps, stages, 2 * tile), dq=tall, dkr=ta.Launch(tile, warps, 1)
-                )
-                continue
-            half = tile // 2 if keys == "half" else None
-            yield {
-                kernel: ta.Launch(half or tile, warps, 1) if kernel == "dkr" else ta.Launch(tile, warps, stages, half)
-                for kernel in ta.KERNELS
-            }
+        yield from tables
 
     for dtype in args.dtypes:
         for settings, variant in itertools.product(list(launch_tables(dtype)), [None, *args.variants]):
