@@ -117,12 +117,11 @@ def _tile_scores(
         first = qlen - (m0 + BLOCK_M - 1) + n0 + W * BLOCK_N
         krt_new = _band_keys(KR + b * skr_b + n * skr_n, skr_d, skr_r, offs_d, first, R, D, BLOCK_N)
         band_new = tl.dot(qr, krt_new, input_precision=PREC)  # (BLOCK_M, B): row a, distance base + W B + j
-        if W == 1:
-            lo, hi, row = band_lo, band_new, tl.arange(0, BLOCK_M)
-        else:
+        lo, hi = band_lo, band_new
+        if W == 2:
             top = (tl.arange(0, BLOCK_M) < BLOCK_N)[:, None]  # row group 0: chunks 1 and 2; group 1: 0 and 1
             lo, hi = tl.where(top, band_mid, band_lo), tl.where(top, band_new, band_mid)
-            row = tl.arange(0, BLOCK_M) % BLOCK_N
+        row = tl.arange(0, BLOCK_M) % BLOCK_N  # a'
         c = tl.arange(0, BLOCK_N)[None, :] - row[:, None] + (BLOCK_N - 1)  # (a, j)'s column in the group's 2B
         s += tl.where(
             c < BLOCK_N, tl.gather(lo, tl.minimum(c, BLOCK_N - 1), 1), tl.gather(hi, tl.maximum(c - BLOCK_N, 0), 1)
@@ -694,10 +693,7 @@ def _attn_bwd_dq(
     # a distance is the second half of one tile and the first of the next, so its two parts are summed (carry) and
     # multiplied once
     # (with 2B rows, row a' = a % B of its row group: _tile_scores)
-    if BLOCK_M > BLOCK_N:
-        j_plus_a = tl.arange(0, BLOCK_N)[None, :] + (tl.arange(0, BLOCK_M) % BLOCK_N)[:, None]
-    else:
-        j_plus_a = tl.arange(0, BLOCK_N)[None, :] + tl.arange(0, BLOCK_M)[:, None]
+    j_plus_a = tl.arange(0, BLOCK_N)[None, :] + (tl.arange(0, BLOCK_M) % BLOCK_N)[:, None]
     in_lo, key_lo = j_plus_a >= BLOCK_N - 1, tl.maximum(j_plus_a - (BLOCK_N - 1), 0)
     in_hi, key_hi = j_plus_a + 1 < BLOCK_N, tl.minimum(j_plus_a + 1, BLOCK_N - 1)
     top = (tl.arange(0, BLOCK_M) < BLOCK_N)[:, None]  # with 2B rows, the row group reading chunks 1 and 2
