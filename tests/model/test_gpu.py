@@ -262,6 +262,20 @@ def test_finetuning_recipe_trains_on_the_gpu_in_bf16(pretrained, tmp_path):
     assert results["epochs"] == 2 and 0.0 <= results["eval_accuracy"] <= 1.0
 
 
+BASE_HEAD = (2, 2, 150, 70, 64)  # batch, heads, queries, memory, `base`'s head size: several tiles and distance blocks
+
+
+def seeded(seed, dtype):
+    """A generator seeded so, and rand(*shape, scale=1.0): its normal draws times scale, on the GPU in dtype,
+    requiring grad."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen)).to(CUDA, dtype).requires_grad_()
+
+    return gen, rand
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
     """Compiled at `base`'s head size over several tiles, with the mask as MaskRanks (a factorization order's, with a
@@ -272,12 +286,9 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
     from xlnet_lite.modeling_xlnet_lite import mask_ranks, triton_mask_ranks
     from xlnet_lite.triton_attention import relative_attention
 
-    gen = torch.Generator().manual_seed(1)
-    batch, N, Q, M, D = 2, 2, 150, 70, 64
+    gen, rand = seeded(1, dtype)
+    batch, N, Q, M, D = BASE_HEAD
     K = Q + M
-
-    def rand(*shape, scale=1.0):
-        return (scale * torch.randn(*shape, generator=gen)).to(CUDA, dtype).requires_grad_()
 
     qw, qr = rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5)
     k, v = rand(batch, N, K, D), rand(batch, N, K, D)
@@ -315,12 +326,9 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     along the keys; warpgroup MMA on an H100), and with dk/dv at 32 rows by 64 keys held keys by rows."""
     from xlnet_lite import triton_attention as ta
 
-    gen = torch.Generator().manual_seed(2)
-    batch, N, Q, M, D = 2, 2, 150, 70, 64
+    gen, rand = seeded(2, dtype)
+    batch, N, Q, M, D = BASE_HEAD
     K = Q + M
-
-    def rand(*shape, scale=1.0):
-        return (scale * torch.randn(*shape, generator=gen)).to(CUDA, dtype).requires_grad_()
 
     qw, qr = rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5)
     k, v, gain = rand(batch, N, K, D), rand(batch, N, K, D), rand(batch, N, Q, scale=0.1)
@@ -362,7 +370,7 @@ def test_triton_kernels_at_base_head_size_over_many_tiles(dtype):
     from xlnet_lite.triton_attention import relative_attention
 
     gen = torch.Generator().manual_seed(0)
-    batch, N, Q, M, D = 2, 2, 150, 70, 64
+    batch, N, Q, M, D = BASE_HEAD
     K = Q + M
 
     def rand(*shape, scale=1.0):
