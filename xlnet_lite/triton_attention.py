@@ -777,8 +777,8 @@ def _attn_bwd_dq(
             else:
                 band_lo, kr_lo = band_new, kr_new
         else:
-            tl.store(
-                DPOS + (bn * Q + offs_m[:, None]) * K + offs_n[None, :],
+            tl.store(  # in the scores' layout: (B, N, Q, K), or the matmul's product read shifted
+                DPOS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j,
                 ds.to(DPOS.dtype.element_ty),
                 mask=(offs_m[:, None] < Q) & (offs_n[None, :] < K),
             )
@@ -957,11 +957,61 @@ LAUNCH = {
 }
 
 
+# How the content stream's positional term reaches the kernels, by where they run (LAUNCH's keys): "band", computed
+# inside them a tile at a time from qr and kr (no (Q, K) or (Q, R) tensor); or "matmul", one (B, N, Q, R) product of
+# qr and kr by torch's matmul (cuBLAS on a GPU), which the forward, dk/dv and dq kernels read shifted, by strides, as
+# the query stream's scores (the dense form: no band to gather, no dkr kernel); dq writes its gradient in the same
+# shifted layout and two matmuls give dqr's and dkr's parts. The product lives only inside the operator (made in the
+# forward, made again in the backward): B * N * Q * (R + 1) values in the inputs' dtype at a time, twice in the
+# backward (its gradient), where the band keeps none. The product is rounded to the inputs' dtype, as the SDPA path's
+# bias is; the band adds the positional scores in fp32.
+POSITIONAL = {"cuda": "band", "cuda_fp32": "band", "interpreter": "band"}
+
+
+def _where(device, dtype):
+    """LAUNCH's (and POSITIONAL's) key for kernels on this device in this precision."""
+    if device.type != "cuda":
+        return "interpreter"
+    return "cuda_fp32" if dtype == torch.float32 else "cuda"
+
+
 def launch_settings(device, dtype):
     """The LAUNCH table the kernels take on this device in this precision."""
-    if device.type != "cuda":
-        return LAUNCH["interpreter"]
-    return LAUNCH["cuda_fp32" if dtype == torch.float32 else "cuda"]
+    return LAUNCH[_where(device, dtype)]
+
+
+def positional_form(device, dtype):
+    """How the content stream's positional term reaches the kernels on this device in this precision: "band" or
+    "matmul" (POSITIONAL)."""
+    form = POSITIONAL[_where(device, dtype)]
+    if form not in ("band", "matmul"):
+        raise ValueError(f"triton_attention.POSITIONAL: {form!r} is not a form the kernels take ('band' or 'matmul')")
+    return form
+
+
+def _shifted_scores(qr, kr, qlen, K):
+    """The banded positional term as one matmul's scores, read shifted: (pos, full, krp, lead). krp is kr between
+    zero columns, `lead` before (no row reads before its own start) and enough after (to distance qlen + K, and rows
+    of a multiple of 16 plus one values); full = qr @ krp, (N, B * Q, W) when kr is shared by the batch (the batch in
+    the rows of one product), else (B, N, Q, W); pos (B, N, Q, K) its view with pos[b, n, i, j] = full's row i at
+    column lead + qlen - i + j, i.e. rows W - 1 values apart from lead + qlen on: kr's distance qlen - i + j, 0 outside
+    [0, R), as the band reads. Each row of pos starts 16 bytes aligned and its row stride is a multiple of 16, so the
+    kernels load it by vectors."""
+    B, N, Q, D = qr.shape
+    R = kr.shape[-1]
+    lead = max(0, Q - 1 - qlen)
+    lead += -(lead + qlen) % 8
+    width = max(lead + R, lead + qlen + K)
+    width += -(width - 1) % 16
+    krp = kr.new_zeros(*kr.shape[:-1], width)
+    krp[..., lead : lead + R] = kr
+    if kr.shape[0] == 1:
+        full = torch.bmm(qr.transpose(0, 1).reshape(N, B * Q, D), krp[0])  # (N, B * Q, W)
+        strides = (Q * width, B * Q * width, width - 1, 1)
+    else:
+        full = qr @ krp  # (B, N, Q, W)
+        strides = (N * Q * width, Q * width, width - 1, 1)
+    return full.as_strided((B, N, Q, K), strides, lead + qlen), full, krp, lead
 
 
 def _launch(kernel, device, dtype):
@@ -1013,8 +1063,10 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     None; seed (1,) int64, the dropout's, or None with dropout_p 0. Returns out (B, Q, N, D) and the rows'
     log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
-    _check_layout(qw, qr, k, v, kr, gain, blocked)
+    _check_layout(qw, qr, k, v, kr, pos, gain, blocked)
     out, lse = _forward_outputs(qw)
+    if kr is not None and positional_form(qw.device, qw.dtype) == "matmul":  # the kernels' dense form, read shifted
+        pos, kr = _shifted_scores(qr, kr, qlen, k.shape[2])[0], None
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     rows, _, tiled = _tiled("forward", qw, args.flags)
     _attn_fwd[(triton.cdiv(Q, rows), B * N)](
@@ -1049,8 +1101,15 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     K = k.shape[2]
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward_outputs(dout, qw, qr, k, v, kr, pos, gain)
+    dpos_shifted = dpos
+    matmul = kr is not None and positional_form(qw.device, qw.dtype) == "matmul"
+    if matmul:  # the product made again; dq writes its gradient shifted, into the product's layout
+        pos, full, krp, lead = _shifted_scores(qr, kr, qlen, K)
+        dfull = torch.zeros_like(full)
+        dpos_shifted = dfull.as_strided(pos.shape, pos.stride(), pos.storage_offset())
+        kr_rows, R, kr = kr.shape[0], kr.shape[-1], None
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     dkr_atomic = (
         kr is not None
         and launch_settings(qw.device, qw.dtype)["dkr"] is None
@@ -1086,7 +1145,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         delta,
         dqw,
         dqr,
-        dpos if kr is None else lse,
+        dpos_shifted if kr is None else lse,
         dgain if gain is not None else lse,
         dkr if kr is not None else lse,
         *args.strides,
@@ -1135,6 +1194,14 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             **{flag: value for flag, value in args.flags.items() if flag != "BAND"},
             **launch,
         )
+    if matmul:  # back through the product: dqr = dfull krp^T, dkr = qr^T dfull (summed over the batch if shared)
+        if kr_rows == 1:
+            dqr.copy_(torch.bmm(dfull, krp[0].transpose(1, 2)).view(N, B, Q, D).transpose(0, 1))
+            dkrp = torch.bmm(qr.transpose(0, 1).reshape(N, B * Q, D).transpose(1, 2), dfull)[None]  # (1, N, D, W)
+        else:
+            dqr.copy_(dfull @ krp.transpose(2, 3))
+            dkrp = qr.transpose(2, 3) @ dfull  # (B, N, D, W)
+        dkr.copy_(dkrp[..., lead : lead + R].transpose(2, 3))
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 
@@ -1204,11 +1271,13 @@ def _gradients(ctx, dout, _dlse):
 _forward.register_autograd(_gradients, setup_context=_setup_context)
 
 
-def _check_layout(qw, qr, k, v, kr, gain, blocked):
+def _check_layout(qw, qr, k, v, kr, pos, gain, blocked):
     """What the kernels assume of the operator's inputs (relative_attention gives it; a direct call may not)."""
     B = qw.shape[0]
     if qr.stride() != qw.stride() or any(t.stride(-1) != 1 for t in (qw, k, v)):
         raise ValueError("relative_attention's kernels need qr laid out as qw and unit-stride heads in qw, k and v")
+    if pos is not None and not pos.is_contiguous():  # dq writes its gradient in its layout
+        raise ValueError("relative_attention's kernels need contiguous positional scores (pos)")
     for name, t in (("kr", kr), ("blocked", blocked)):
         if t is not None and t.shape[0] not in (1, B):
             raise ValueError(f"relative_attention: {name} has {t.shape[0]} rows, not 1 or the batch's {B}")
@@ -1313,7 +1382,7 @@ def relative_attention(
     if kr is not None:
         kr = kr.to(dtype)
     if pos is not None:
-        pos = pos.to(dtype)
+        pos = pos.to(dtype).contiguous()
     if gain is not None:
         gain, seg_q, seg_k = gain.float().contiguous(), seg_q.contiguous(), seg_k.contiguous()
     seed = None

@@ -653,6 +653,75 @@ def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monke
 
 
 @pytest.mark.parametrize(
+    "kr_rows, qlen, extra_distances", [(1, None, 0), (B, 45, -12), (1, 10, 0), (B, 10, 7)]
+)
+def test_the_shifted_product_holds_the_band_at_aligned_rows(kr_rows, qlen, extra_distances):
+    """_shifted_scores (POSITIONAL "matmul"): its (B, N, Q, K) view of one qr-kr product holds, at (i, j), qr_i times
+    kr's distance qlen - i + j, 0 where that is outside [0, R) (as the band reads it); in bf16 every row starts 16
+    bytes aligned and rows are a multiple of 16 values apart, so the kernels load them by vectors."""
+    from xlnet_lite import triton_attention as ta
+
+    gen = torch.Generator().manual_seed(1)
+    Q, K, N, D = 35, 44, 2, 8
+    qlen = Q if qlen is None else qlen
+    R = qlen + K + extra_distances
+    qr, kr = torch.randn(B, N, Q, D, generator=gen), torch.randn(kr_rows, N, D, R, generator=gen)
+    pos = ta._shifted_scores(qr, kr, qlen, K)[0]
+    r = qlen - torch.arange(Q)[:, None] + torch.arange(K)  # (Q, K) distances
+    inside = (r >= 0) & (r < R)
+    expected = torch.einsum("bnqd,bndqk->bnqk", qr, kr.expand(B, -1, -1, -1)[..., r.clamp(0, R - 1)]) * inside
+    torch.testing.assert_close(pos, expected, atol=1e-5, rtol=1e-5)
+    assert inside.all() == (qlen == Q and extra_distances >= 0)  # else distances outside [0, R) are read
+    pos16 = ta._shifted_scores(qr.bfloat16(), kr.bfloat16(), qlen, K)[0]
+    assert pos16.stride(2) % 16 == 0 and pos16.storage_offset() % 8 == 0 and pos16.stride(3) == 1
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        dict(seed=5, Q=37, M=6),
+        dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12),
+        dict(seed=3, Q=35, M=9, qlen=10),
+    ],
+)
+def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, step):
+    """POSITIONAL "matmul": the content stream's positional term as one product of qr and kr that the dense form's
+    kernels read shifted (no band, no dkr kernel; dq writes the scores' gradient into the product's layout, two
+    matmuls take it back to qr and kr) gives the band's output and every gradient, over partial tiles, every term on,
+    distances past R or below 0, positional keys shared or per row, dropout drawn alike. A form the kernels do not
+    take is refused by name."""
+    from xlnet_lite import triton_attention as ta
+
+    run = banded_step(**step)
+    reference = run()
+    launched = []
+
+    def logged(kernel, name):
+        class Logged:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    launched.append((name, kwargs.get("BAND")))
+                    return kernel[grid](*args, **kwargs)
+
+                return launch
+
+        return Logged()
+
+    for attr in ("_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dkr"):
+        monkeypatch.setattr(ta, attr, logged(getattr(ta, attr), attr))
+    monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul")
+    out, grads = run()
+    assert launched == [("_attn_fwd", False), ("_attn_bwd_dkdv", False), ("_attn_bwd_dq", False)]
+    torch.testing.assert_close(out, reference[0], atol=1e-5, rtol=1e-5)
+    for name, g, r in zip(("qw", "k", "v", "qr", "kr", "gain"), grads, reference[1]):
+        assert r.abs().max() > 0, name
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+    monkeypatch.setitem(ta.POSITIONAL, "interpreter", "dense")
+    with pytest.raises(ValueError, match="POSITIONAL: 'dense' is not a form"):
+        run()
+
+
+@pytest.mark.parametrize(
     "kr_rows, dropout, qlen, extra_distances",
     [(1, 0.0, None, 0), (B, 0.1, None, 0), (1, 0.0, 45, -12), (B, 0.0, 10, 0)],
 )
