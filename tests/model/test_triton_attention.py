@@ -652,9 +652,7 @@ def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monke
         monkeypatch.setitem(interpreter, kernel, setting)
 
 
-@pytest.mark.parametrize(
-    "kr_rows, qlen, extra_distances", [(1, None, 0), (B, 45, -12), (1, 10, 0), (B, 10, 7)]
-)
+@pytest.mark.parametrize("kr_rows, qlen, extra_distances", [(1, None, 0), (B, 45, -12), (1, 10, 0), (B, 10, 7)])
 def test_the_shifted_product_holds_the_band_at_aligned_rows(kr_rows, qlen, extra_distances):
     """_shifted_scores (POSITIONAL "matmul"): its (B, N, Q, K) view of one qr-kr product holds, at (i, j), qr_i times
     kr's distance qlen - i + j, 0 where that is outside [0, R) (as the band reads it); in bf16 every row starts 16
