@@ -14,9 +14,11 @@ and the masks read inside the kernel; dropout 0, as it takes none on the probabi
 as well); the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attention: the content stream's positional term
 computed inside from the positional keys, the dropout on the probabilities drawn inside; at dropout 0 beside SDPA's:
 lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the graph: lite_triton_compiled_bf16,
-lite_triton_compiled_nodrop_bf16); SDPA at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16; a
-backend that refuses the inputs is set aside and named in the JSON's "refused"); the kernels compiled
-(torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported apart).
+lite_triton_compiled_nodrop_bf16; the positional term as one matmul's product the kernels read shifted,
+triton_attention.POSITIONAL "matmul": lite_triton_matmul_nodrop_bf16, lite_triton_matmul_compiled_nodrop_bf16); SDPA
+at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16; a backend that refuses the inputs is set aside and
+named in the JSON's "refused"); the kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step,
+compilation included, is reported apart).
 
 A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
 --runs runs after --warmup, the variants alternating (the order rotating every run). Memory: the most the CUDA
@@ -73,6 +75,8 @@ NAMES = [
     "lite_triton_nodrop_bf16",
     "lite_triton_compiled_bf16",
     "lite_triton_compiled_nodrop_bf16",
+    "lite_triton_matmul_nodrop_bf16",
+    "lite_triton_matmul_compiled_nodrop_bf16",
     "lite_sdpa_cudnn_nodrop_bf16",
 ]
 # rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
@@ -87,8 +91,13 @@ DERIVED = {
     "lite_triton_nodrop_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
     "lite_triton_compiled_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, False),
     "lite_triton_compiled_nodrop_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, True),
+    "lite_triton_matmul_nodrop_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
+    "lite_triton_matmul_compiled_nodrop_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, True),
     "lite_sdpa_cudnn_nodrop_bf16": ("lite_sdpa_bf16", "sdpa", False, True),
 }
+# rows whose Triton kernels take the content stream's positional term as one matmul's product read shifted
+# (triton_attention.POSITIONAL "matmul") instead of the band
+MATMUL = {"lite_triton_matmul_nodrop_bf16", "lite_triton_matmul_compiled_nodrop_bf16"}
 # rows whose scaled_dot_product_attention is held to one backend (torch.nn.attention.sdpa_kernel): the dispatcher
 # gives XLNet's bias with a gradient to the memory-efficient kernel; cuDNN's (wgmma on Hopper) may take it faster
 HELD = {"lite_sdpa_cudnn_nodrop_bf16": SDPBackend.CUDNN_ATTENTION}
@@ -106,6 +115,7 @@ FLOP_TWIN = {
             "lite_triton_nodrop_bf16",
             "lite_triton_compiled_bf16",
             "lite_triton_compiled_nodrop_bf16",
+            *MATMUL,
         )
     },
     "lite_sdpa_cudnn_nodrop_bf16": "lite_sdpa_bf16",
@@ -146,6 +156,20 @@ def held_to(variant, backend):
     return variant
 
 
+def positional_by_matmul(variant):
+    """The variant with the Triton kernels' positional term by one matmul (triton_attention.POSITIONAL "matmul") in
+    its forward and backward passes."""
+    from benchmarks.bench_triton_kernels import positional_changed
+
+    class ByMatmul(type(variant)):
+        def forward_backward(self):
+            with positional_changed("matmul"):
+                return super().forward_backward()
+
+    variant.__class__ = ByMatmul
+    return variant
+
+
 def refusal(exc):
     """The first line of a held SDPA backend's error ("No available kernel..."), as the JSON's "refused" records
     it."""
@@ -179,6 +203,8 @@ def build(cfg, names):
                 variants[n] = segment_as_bias(variants[n])
             if n in HELD:
                 variants[n] = held_to(variants[n], HELD[n])
+            if n in MATMUL:
+                variants[n] = positional_by_matmul(variants[n])
     return {n: variants[n] for n in names}
 
 

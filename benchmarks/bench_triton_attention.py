@@ -37,19 +37,22 @@ SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, 
 GRADS = ("qw", "qr", "k", "v", "kr", "gain")  # the inputs a step takes gradients of
 # the fused SDPA backends that take a bias (flash takes none); on CUDA a row each, the backend held
 SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-# (rows per tile, keys per tile, warps, the mask as ranks or as the (B, Q, K) block); 32 x 32 at 4 warps the bf16
-# default, ranks the model's choice for factorization masks; 64 x 32 at 4 warps and 128 x 64 at 8 give each warp 16
-# whole rows of the scores (on an H100 warpgroup MMA); 32 x 32 at 8 warps, timed before (results/gpu/)
+# (rows per tile, keys per tile, warps, the mask as ranks or as the (B, Q, K) block, the positional term's form:
+# triton_attention.POSITIONAL); 32 x 32 at 4 warps the bf16 default, ranks the model's choice for factorization masks;
+# 64 x 32 at 4 warps and 128 x 64 at 8 give each warp 16 whole rows of the scores (on an H100 warpgroup MMA); 32 x 32
+# at 8 warps, timed before (results/gpu/); "matmul": the positional scores one cuBLAS product read shifted
 TILES = {
     "cuda": [
-        (32, 32, 4, False),
-        (32, 32, 4, True),
-        (64, 32, 4, True),
-        (64, 64, 4, True),
-        (128, 64, 8, True),
-        (32, 32, 8, True),
+        (32, 32, 4, False, "band"),
+        (32, 32, 4, True, "band"),
+        (32, 32, 4, True, "matmul"),
+        (64, 32, 4, True, "band"),
+        (64, 32, 4, True, "matmul"),
+        (64, 64, 4, True, "band"),
+        (128, 64, 8, True, "band"),
+        (32, 32, 8, True, "band"),
     ],
-    "cpu": [(16, 16, 1, False), (16, 16, 1, True)],
+    "cpu": [(16, 16, 1, False, "band"), (16, 16, 1, True, "band"), (16, 16, 1, True, "matmul")],
 }
 
 
@@ -131,19 +134,20 @@ class HeldTo:
 class Tiled:
     """The Triton path with every kernel at one tile (rows, and keys: the rows unless given) and warp count, as
     bench_triton_kernels' ROWSxKEYS/WARPS setting gives them, each at its own pipeline stages; the mask as ranks or as
-    the block; forward and backward (the module's launch settings changed for the step only)."""
+    the block; the positional term's form (triton_attention.POSITIONAL); forward and backward (the module's launch
+    settings and form changed for the step only)."""
 
-    def __init__(self, tile, warps, ranks=False, keys=None):
-        self.tile, self.warps, self.ranks, self.keys = tile, warps, ranks, keys or tile
+    def __init__(self, tile, warps, ranks=False, keys=None, form="band"):
+        self.tile, self.warps, self.ranks, self.keys, self.form = tile, warps, ranks, keys or tile, form
 
     def __call__(self, x, dropout, backward=True):
-        from benchmarks.bench_triton_kernels import launch_settings_changed, parse_setting
+        from benchmarks.bench_triton_kernels import launch_settings_changed, parse_setting, positional_changed
         from xlnet_lite import triton_attention as ta
 
         table = ta.launch_settings(x["qw"].device, x["qw"].dtype)
         tiled = parse_setting(f"{self.tile}x{self.keys}/{self.warps}/1")  # each kernel at its own stages below
         changes = {k: tiled[k]._replace(stages=s.stages) for k, s in table.items() if s is not None}
-        with launch_settings_changed(table, changes):
+        with launch_settings_changed(table, changes), positional_changed(self.form):
             return step(lambda x, dropout: triton_path(x, dropout, self.ranks), x, dropout, backward)
 
 
@@ -219,8 +223,10 @@ def main(argv=None):
         "sdpa_path": lambda x, dropout, backward=True: step(sdpa_path, x, dropout, backward),
         **({f"sdpa_path_{b.name.lower()}": HeldTo(b) for b in SDPA_BACKENDS} if device.type == "cuda" else {}),
         **{
-            f"triton_tile{t}{f'x{k}' * (k != t)}_warps{w}{'_ranks' * r}": Tiled(t, w, r, k)
-            for t, k, w, r in TILES[device.type]
+            f"triton_tile{t}{f'x{k}' * (k != t)}_warps{w}{'_ranks' * r}{'_matmul' * (f == 'matmul')}": Tiled(
+                t, w, r, k, f
+            )
+            for t, k, w, r, f in TILES[device.type]
         },
     }
     rows, refused, error, grad_error = checked(rows, x)

@@ -3,18 +3,21 @@ and backward (bench_triton_attention's inputs), at each launch setting and with 
 where the kernels' time goes and which setting suits each kernel.
 
     python -m benchmarks.bench_triton_kernels [--shape base] [--runs 10] [--warmup 2] [--settings 64x32/4/3 ...]
-                                              [--variants dkr_atomic block dense nomask noseg dropout]
+                                              [--variants dkr_atomic matmul block dense nomask noseg dropout]
                                               [--out benchmarks/results/gpu/triton_kernels.json]
 
 Every launch of the four kernels (forward; the backward's dk/dv, dq and dkr) is timed by CUDA events around it,
 the steps queued without a wait between them (on a CPU by the clock, in Triton's interpreter: TRITON_INTERPRET=1
 and --shape tiny, to check the script); a kernel's time is the median over --runs steps after --warmup of its
-launches' sum in a step, and a row's total the sum of those medians. Rows, in this order (each written to --out as it
-ends, so a run stopped by a time limit keeps the rows before):
+launches' sum in a step, and a row's total the sum of those medians; its step the median of the whole forward
+and backward (events around it: the launches, the work between and around them). Rows, in this order (each written
+to --out as it ends, so a run stopped by a time limit keeps the rows before):
 
 - "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
   masks in eager mode), dropout 0;
 - "dkr_atomic" (of --variants): dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel);
+- "matmul" (of --variants): the positional term as one matmul's product read shifted (triton_attention.POSITIONAL
+  "matmul": the dense form's kernels, no dkr kernel; the matmuls are in the step's time, no kernel's);
 - each --settings ROWSxKEYS/WARPS/STAGES[/atomic] other than the defaults, every kernel at it (each timed alone, so
   one row gives each kernel's time at the setting; dkr's tile is KEYS distances; with KEYS = 2 ROWS, dk/dv at ROWS
   rows by KEYS keys, held keys by rows, the forward and dq at KEYS rows by ROWS keys, dkr at ROWS; /atomic: no dkr
@@ -23,12 +26,12 @@ ends, so a run stopped by a time limit keeps the rows before):
   order of promise (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64
   rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default;
 - the other --variants at the defaults, where the time goes: the mask as the (B, Q, K) block (as a compiled model
-  passes it), the positional term dense (the (B, N, Q, K) shifted scores read, as the query stream takes them,
-  instead of the band computed inside), no mask, no segments, dropout 0.1.
+  passes it), the positional term dense (the (B, N, Q, K) shifted scores made contiguous by the caller and read, as
+  the query stream's, instead of the band computed inside), no mask, no segments, dropout 0.1.
 
 "fastest" gives each kernel's fastest setting. The check: each setting's output and input gradients against the
-default row's (a setting changes only the order of sums), and the block's, the dense term's and the atomic dkr's
-against it too (the same scores); the other variants compute other scores (None). Not a test.
+default row's (a setting changes only the order of sums), and the block's, the dense term's, the matmul's and the
+atomic dkr's against it too (the same scores); the other variants compute other scores (None). Not a test.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from xlnet_lite.modeling_xlnet_lite import positional_term
 from xlnet_lite.training import write_json
 
 KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
-VARIANTS = ("dkr_atomic", "block", "dense", "nomask", "noseg", "dropout")
+VARIANTS = ("dkr_atomic", "matmul", "block", "dense", "nomask", "noseg", "dropout")
 SETTINGS = (
     "64x32/4/3",
     "64x32/4/3/atomic",
@@ -107,6 +110,19 @@ def kernels_replaced(wrap):
     finally:
         for attr, kernel in saved.items():
             setattr(ta, attr, kernel)
+
+
+@contextlib.contextmanager
+def positional_changed(form):
+    """triton_attention.POSITIONAL at `form` ("band" or "matmul") everywhere for the block, put back after it."""
+    from xlnet_lite import triton_attention as ta
+
+    saved = dict(ta.POSITIONAL)
+    try:
+        ta.POSITIONAL.update(dict.fromkeys(saved, form))
+        yield
+    finally:
+        ta.POSITIONAL.update(saved)
 
 
 @contextlib.contextmanager
@@ -176,23 +192,34 @@ def attention(x, variant):
 
 
 def run(x, variant, runs, warmup, cuda):
-    """(median seconds of each kernel over `runs` steps after `warmup`, the first step's output and gradients). The
-    steps are queued back to back and their events read after the last, so no launch waits on the CPU."""
-    logs, first = [], None
-    with kernels_replaced(lambda kernel, name: Timed(kernel, name, logs, cuda)):
+    """(median seconds of each kernel over `runs` steps after `warmup`, the median seconds of a whole step, the first
+    step's output and gradients). The steps are queued back to back and their events read after the last, so no
+    launch waits on the CPU."""
+    logs, steps, first = [], [], None
+    clock = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else None
+    form = "matmul" if variant == "matmul" else "band"
+    with kernels_replaced(lambda kernel, name: Timed(kernel, name, logs, cuda)), positional_changed(form):
         for _ in range(warmup + runs):
             for name in GRADS:
                 x[name].grad = None
             logs.append([])
+            start = clock() if cuda else time.perf_counter()
+            if cuda:
+                start.record()
             out = attention(x, variant)
             out.backward(x["grad"])
+            end = clock() if cuda else time.perf_counter()
+            if cuda:
+                end.record()
+            steps.append((start, end))
             if first is None:
                 grads = [x[k].grad.detach().float().clone() for k in GRADS if x[k].grad is not None]
                 first = (out.detach().float(), grads)
     if cuda:
         torch.cuda.synchronize()
     times = [kernel_seconds(log, cuda) for log in logs[warmup:]]
-    return {k: statistics.median(t[k] for t in times) for k in KERNELS.values()}, first
+    step = [start.elapsed_time(end) / 1000 if cuda else end - start for start, end in steps[warmup:]]
+    return {k: statistics.median(t[k] for t in times) for k in KERNELS.values()}, statistics.median(step), first
 
 
 def largest_difference(a, b):
@@ -262,7 +289,7 @@ def main(argv=None):
             changes["dkr"] = None  # no dkr kernel: dq adds dkr up
         try:
             with launch_settings_changed(table, changes):
-                seconds, result = run(x, variant, args.runs, args.warmup, cuda)
+                seconds, step, result = run(x, variant, args.runs, args.warmup, cuda)
         except Exception as error:  # a setting past the device (shared memory, registers) or its compiler
             refused[label] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
             print(f"{label:<28} refused: {refused[label]}", flush=True)
@@ -270,31 +297,36 @@ def main(argv=None):
             return
         if label == "default":
             reference = result
-        same_scores = variant in ("ranks", "block", "dense", "dkr_atomic") and reference is not None
+        same_scores = variant in ("ranks", "block", "dense", "matmul", "dkr_atomic") and reference is not None
         row = dict(
             label=label,
             variant=variant,
             settings={k: s and s._asdict() for k, s in {**defaults, **changes}.items()},
             median_s=seconds,
             total_s=sum(seconds.values()),
+            step_s=step,
             max_abs_diff_vs_default=largest_difference(result, reference) if same_scores else None,
         )
         rows.append(row)
         timed = "  ".join(f"{k} {1000 * s:7.3f}" for k, s in seconds.items())
         diff = "-" if row["max_abs_diff_vs_default"] is None else f"{row['max_abs_diff_vs_default']:.1e}"
-        print(f"{label:<28} ms: {timed}  total {1000 * row['total_s']:8.3f}  diff {diff}", flush=True)
+        print(
+            f"{label:<28} ms: {timed}  total {1000 * row['total_s']:8.3f}  step {1000 * step:8.3f}  diff {diff}",
+            flush=True,
+        )
         save()
 
     measure("default", "ranks")
-    if "dkr_atomic" in args.variants:
-        measure("dkr_atomic", "dkr_atomic")
+    for variant in ("dkr_atomic", "matmul"):  # the alternatives to the defaults' dkr kernel first
+        if variant in args.variants:
+            measure(variant, variant)
     for text, setting in settings.items():
         if setting != defaults:
             rows_keys, warps, stages, *atomic = text.split("/")
             label = f"tile{rows_keys}_warps{warps}_stages{stages}" + "_atomic" * bool(atomic)
             measure(label, "dkr_atomic" if atomic else "ranks", setting)
     for variant in args.variants:
-        if variant != "dkr_atomic":
+        if variant not in ("dkr_atomic", "matmul"):
             measure(variant, variant)
     fastest = {}
     timed = [r for r in rows if r["variant"] == "ranks"]

@@ -12,13 +12,15 @@ and how many move data (shuffles between threads, shared-memory loads and stores
 
     python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--keys square half double] [--warps 4 8]
                                           [--stages 1 2 3] [--dtypes bf16 fp32]
-                                          [--variants dropout block nomask noseg atomic] [--out FILE]
+                                          [--variants dropout block nomask noseg atomic matmul]
+                                          [--out FILE]
     python -m benchmarks.triton_resources --defaults [--dtypes bf16] ...   (each kernel at the library's setting)
 
 The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
 factorization masks in eager mode); --variants adds a step for each change named (several joined by '+'): dropout 0.1
 on the probabilities, the masks as (B, Q, K) blocks (as a compiled model passes them), no mask, no segments, dkr added
-up in dq by atomic adds (no dkr kernel).
+up in dq by atomic adds (no dkr kernel), the content stream's positional term as one matmul's product read shifted
+(triton_attention.POSITIONAL "matmul": its kernels in the dense form, no dkr kernel).
 
 A check of settings before a GPU is at hand, not a timing: which settings run at all, which spill, and how much of a
 tile's work is other than the matrix multiplies.
@@ -44,7 +46,12 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.compiler.compiler import make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-from benchmarks.bench_triton_kernels import kernels_replaced, launch_settings_changed, parse_setting  # noqa: E402
+from benchmarks.bench_triton_kernels import (  # noqa: E402
+    kernels_replaced,
+    launch_settings_changed,
+    parse_setting,
+    positional_changed,
+)
 from benchmarks.environment import environment  # noqa: E402
 from xlnet_lite import triton_attention as ta  # noqa: E402
 from xlnet_lite.collator import random_factorization_masks  # noqa: E402
@@ -53,7 +60,7 @@ from xlnet_lite.training import write_json  # noqa: E402
 TRITON_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")  # ptxas, cuobjdump
 SHARED_LIMIT = {90: 232448, 80: 166912, 86: 101376, 89: 101376}  # bytes of shared memory a block may use
 SHAPE = dict(B=2, N=12, T=512, M=384, D=64, P=85)  # `base`'s attention at XLNet's pretraining shapes (B: see below)
-CHANGES = ("dropout", "block", "nomask", "noseg", "atomic")
+CHANGES = ("dropout", "block", "nomask", "noseg", "atomic", "matmul")
 
 
 def recorded_launches(dtype, settings, variant=None):
@@ -78,7 +85,7 @@ def recorded_launches(dtype, settings, variant=None):
 
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                stream = "content" if kwargs.get("BAND", True) else "query"
+                stream = "content" if args[0].shape[2] == T else "query"  # qw's rows: T or the P predicted
                 if not any(call[:2] == (stream, self.name) for call in calls):  # the second layer's query stream
                     calls.append((stream, self.name, self.kernel, args, kwargs))
 
@@ -109,7 +116,8 @@ def recorded_launches(dtype, settings, variant=None):
     saved_ranks = modeling.triton_mask_ranks
     table = ta.launch_settings(torch.device("cpu"), torch.float32)  # what the kernels read on this CPU
     try:
-        with kernels_replaced(Recorder), launch_settings_changed(table, settings):
+        form = "matmul" if "matmul" in changes else "band"
+        with kernels_replaced(Recorder), launch_settings_changed(table, settings), positional_changed(form):
             os.environ["TRITON_INTERPRET"] = "1"  # relative_attention takes CPU tensors only so; nothing is run
             if "block" in changes:
                 modeling.triton_mask_ranks = lambda *args, **kwargs: (None, None)

@@ -375,7 +375,8 @@ def test_compiled_whole_with_the_kernels_inside():
 
 def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
     """benchmarks/bench_triton_attention.py at its CPU shape: every row timed, the Triton rows' outputs (the mask as
-    the block and as ranks) the SDPA path's (the check its GPU run reports)."""
+    the block and as ranks, the positional term as the band and by one matmul) the SDPA path's (the check its GPU run
+    reports)."""
     import json
 
     from benchmarks import bench_triton_attention
@@ -383,9 +384,10 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
     out = tmp_path / "attention.json"
     bench_triton_attention.main(["--shape", "tiny", "--runs", "1", "--warmup", "0", "--out", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert set(rows) == {"sdpa_path", "triton_tile16_warps1", "triton_tile16_warps1_ranks"}
+    triton = ("triton_tile16_warps1", "triton_tile16_warps1_ranks", "triton_tile16_warps1_ranks_matmul")
+    assert set(rows) == {"sdpa_path", *triton}
     assert rows["sdpa_path"]["median_s"] > 0
-    for name in ("triton_tile16_warps1", "triton_tile16_warps1_ranks"):
+    for name in triton:
         assert rows[name]["max_abs_diff_vs_sdpa"] < 1e-5 and rows[name]["max_abs_grad_diff_vs_sdpa"] < 1e-5
 
 
@@ -393,14 +395,17 @@ def test_attention_benchmark_runs_and_its_rows_agree(tmp_path):
 def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path):
     """benchmarks/bench_triton_kernels.py at its CPU shape: every kernel timed in the default row, at each other setting
     (every kernel at it: square tiles of 32, tiles of 32 rows by 16 keys, those with dkr added up in dq, dk/dv at 16
-    rows by 32 keys) and in each variant (dkr not launched when the positional term is dense or dq adds dkr up); a
-    setting only reorders sums, and the mask as the block, the dense positional term and dkr added up in dq give the
-    same scores and gradients (each within 1e-5 of the default's); each kernel's fastest setting is the fastest of the
-    rows that launch every kernel; a setting not of that form is refused."""
+    rows by 32 keys) and in each variant (dkr not launched when the positional term is dense, a matmul's product or dq
+    adds dkr up); a setting only reorders sums, and the mask as the block, the dense positional term, the matmul's and
+    dkr added up in dq give the same scores and gradients (each within 1e-5 of the default's); every row's step takes
+    at least its kernels' time; each kernel's fastest setting is the fastest of the rows that launch every kernel; a
+    setting not of that form is refused; POSITIONAL is as before after the run."""
     import json
 
     from benchmarks import bench_triton_kernels as bench
+    from xlnet_lite import triton_attention as ta
 
+    positional = dict(ta.POSITIONAL)
     out = tmp_path / "kernels.json"
     given = ["16x16/1/1", "32x32/1/1", "32x16/1/1", "32x16/1/1/atomic", "16x32/1/1"]
     bench.main(["--shape", "tiny", "--runs", "1", "--warmup", "0", "--settings", *given, "--out", str(out)])
@@ -408,11 +413,13 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
     rows = {r["label"]: r for r in result["rows"]}
     settings = [f"tile{t}_warps1_stages1" for t in ("32x32", "32x16", "32x16", "16x32")]
     settings[2] += "_atomic"
-    others = [v for v in bench.VARIANTS if v != "dkr_atomic"]
-    assert list(rows) == ["default", "dkr_atomic", *settings, *others] and not result["refused"]
+    others = [v for v in bench.VARIANTS if v not in ("dkr_atomic", "matmul")]
+    assert list(rows) == ["default", "dkr_atomic", "matmul", *settings, *others] and not result["refused"]
+    assert ta.POSITIONAL == positional
     for label, row in rows.items():
         timed = {k for k, s in row["median_s"].items() if s > 0}
-        no_dkr = label in ("dense", "dkr_atomic", settings[2])
+        assert row["step_s"] >= row["total_s"] > 0, label
+        no_dkr = label in ("dense", "matmul", "dkr_atomic", settings[2])
         assert timed == ({"forward", "dk_dv", "dq"} if no_dkr else {"forward", "dk_dv", "dq", "dkr"}), label
         if label in ("nomask", "noseg", "dropout"):  # other scores: no check
             assert row["max_abs_diff_vs_default"] is None, label
@@ -436,6 +443,53 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
     for bad in ("24x24/1/1", "32x32/3/1", "64x16/4/1", "16x64/4/1", "8x16/1/1", "32x32/1", "32", "32x32/1/1/atom"):
         with pytest.raises(SystemExit):
             bench.main(["--shape", "tiny", "--settings", bad, "--out", str(out)])
+
+
+def test_bench_gpu_matmul_row_is_the_triton_row_with_the_positional_term_by_one_matmul(monkeypatch):
+    """benchmarks/bench_gpu.py's lite_triton_matmul_nodrop_bf16 runs the dropout-0 Triton row's weights, batch and
+    memory with POSITIONAL "matmul" through its forward and backward (no dkr kernel launched; the plain row launches
+    one a layer), gives its loss and gradients, and leaves POSITIONAL as it was."""
+    from benchmarks import bench_gpu
+    from xlnet_lite import triton_attention as ta
+
+    positional = dict(ta.POSITIONAL)
+    dkr = ta._attn_bwd_dkr
+    launched = []
+
+    class Counted:
+        def __getitem__(self, grid):
+            launched.append(grid)
+            return dkr[grid]
+
+    monkeypatch.setattr(ta, "_attn_bwd_dkr", Counted())
+    cfg = dict(
+        vocab_size=97,
+        d_model=16,
+        n_layer=2,
+        n_head=2,
+        d_inner=32,
+        batch=2,
+        seq_len=12,
+        num_predict=3,
+        mem_len=6,
+        reuse_len=6,
+        dropout=0.1,
+    )
+    variants = bench_gpu.build(cfg, ["lite_triton_nodrop_bf16", "lite_triton_matmul_nodrop_bf16"])
+    results = {}
+    for name, variant in variants.items():
+        variant.autocast_dtype = None  # fp32: the interpreter's
+        launched.clear()
+        loss = variant.forward_backward()
+        grads = [p.grad.clone() for p in variant.model.parameters() if p.grad is not None]
+        results[name] = (loss.detach(), grads, len(launched))
+        assert ta.POSITIONAL == positional
+    (loss, grads, plain_dkr), (loss_mm, grads_mm, matmul_dkr) = results.values()
+    assert plain_dkr == cfg["n_layer"] - 1 and matmul_dkr == 0  # the last layer runs only the query stream
+    torch.testing.assert_close(loss_mm, loss, atol=1e-5, rtol=1e-5)
+    assert len(grads) == len(grads_mm) > 0
+    for g, h in zip(grads_mm, grads):
+        torch.testing.assert_close(g, h, atol=1e-5, rtol=1e-5)
 
 
 def test_kernel_benchmark_sets_aside_a_setting_that_cannot_launch(tmp_path, monkeypatch):
