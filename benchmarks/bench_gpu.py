@@ -15,10 +15,10 @@ as well); the fused Triton kernels (lite_triton_bf16, xlnet_lite.triton_attentio
 computed inside from the positional keys, the dropout on the probabilities drawn inside; at dropout 0 beside SDPA's:
 lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the graph: lite_triton_compiled_bf16,
 lite_triton_compiled_nodrop_bf16; the positional term as one matmul's product the kernels read shifted,
-triton_attention.POSITIONAL "matmul": lite_triton_matmul_nodrop_bf16, lite_triton_matmul_compiled_nodrop_bf16); SDPA
-at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16; a backend that refuses the inputs is set aside and
-named in the JSON's "refused"); the kernels compiled (torch.compile(fullgraph=True, dynamic=False); the first step,
-compilation included, is reported apart).
+triton_attention.POSITIONAL "matmul", at 64 x 64 tiles: lite_triton_matmul_nodrop_bf16,
+lite_triton_matmul_compiled_nodrop_bf16); SDPA at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16;
+a backend that refuses the inputs is set aside and named in the JSON's "refused"); the kernels compiled
+(torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported apart).
 
 A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
 --runs runs after --warmup, the variants alternating (the order rotating every run). Memory: the most the CUDA
@@ -96,8 +96,10 @@ DERIVED = {
     "lite_sdpa_cudnn_nodrop_bf16": ("lite_sdpa_bf16", "sdpa", False, True),
 }
 # rows whose Triton kernels take the content stream's positional term as one matmul's product read shifted
-# (triton_attention.POSITIONAL "matmul") instead of the band
-MATMUL = {"lite_triton_matmul_nodrop_bf16", "lite_triton_matmul_compiled_nodrop_bf16"}
+# (triton_attention.POSITIONAL "matmul") instead of the band, every kernel at a launch setting (bench_triton_kernels'
+# ROWSxKEYS/WARPS/STAGES): 64 x 64 tiles at 4 warps, the fewest instructions a block of scores with nothing spilled
+# in that form (benchmarks/RESULTS.md, GPU)
+MATMUL = {"lite_triton_matmul_nodrop_bf16": "64x64/4/3", "lite_triton_matmul_compiled_nodrop_bf16": "64x64/4/3"}
 # rows whose scaled_dot_product_attention is held to one backend (torch.nn.attention.sdpa_kernel): the dispatcher
 # gives XLNet's bias with a gradient to the memory-efficient kernel; cuDNN's (wgmma on Hopper) may take it faster
 HELD = {"lite_sdpa_cudnn_nodrop_bf16": SDPBackend.CUDNN_ATTENTION}
@@ -156,14 +158,18 @@ def held_to(variant, backend):
     return variant
 
 
-def positional_by_matmul(variant):
-    """The variant with the Triton kernels' positional term by one matmul (triton_attention.POSITIONAL "matmul") in
-    its forward and backward passes."""
-    from benchmarks.bench_triton_kernels import positional_changed
+def positional_by_matmul(variant, setting):
+    """The variant with the Triton kernels' positional term by one matmul (triton_attention.POSITIONAL "matmul") and
+    every kernel at `setting` (ROWSxKEYS/WARPS/STAGES) in its forward and backward passes."""
+    from benchmarks.bench_triton_kernels import launch_settings_changed, parse_setting, positional_changed
+    from xlnet_lite import triton_attention as ta
+
+    launches = parse_setting(setting)
 
     class ByMatmul(type(variant)):
         def forward_backward(self):
-            with positional_changed("matmul"):
+            table = ta.launch_settings(torch.device(self.device_type), torch.bfloat16)
+            with positional_changed("matmul"), launch_settings_changed(table, launches):
                 return super().forward_backward()
 
     variant.__class__ = ByMatmul
@@ -204,7 +210,7 @@ def build(cfg, names):
             if n in HELD:
                 variants[n] = held_to(variants[n], HELD[n])
             if n in MATMUL:
-                variants[n] = positional_by_matmul(variants[n])
+                variants[n] = positional_by_matmul(variants[n], MATMUL[n])
     return {n: variants[n] for n in names}
 
 

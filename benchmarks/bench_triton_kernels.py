@@ -18,13 +18,15 @@ to --out as it ends, so a run stopped by a time limit keeps the rows before):
 - "dkr_atomic" (of --variants): dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel);
 - "matmul" (of --variants): the positional term as one matmul's product read shifted (triton_attention.POSITIONAL
   "matmul": the dense form's kernels, no dkr kernel; the matmuls are in the step's time, no kernel's);
-- each --settings ROWSxKEYS/WARPS/STAGES[/atomic] other than the defaults, every kernel at it (each timed alone, so
-  one row gives each kernel's time at the setting; dkr's tile is KEYS distances; with KEYS = 2 ROWS, dk/dv at ROWS
-  rows by KEYS keys, held keys by rows, the forward and dq at KEYS rows by ROWS keys, dkr at ROWS; /atomic: no dkr
-  kernel, dq adding dkr up, so compare its total; "fastest" leaves it out); a setting the device cannot compile or
-  launch, such as one past its shared memory, is named with its error in the JSON's "refused". The default list, in
-  order of promise (benchmarks/RESULTS.md, GPU): tiles of 16 rows a warp, each warp whole rows of the scores (64
-  rows by 32 keys at 4 warps: on an H100 warpgroup MMA), then the square tiles around the default;
+- each --settings ROWSxKEYS/WARPS/STAGES[/atomic|/matmul] other than the defaults, every kernel at it (each timed
+  alone, so one row gives each kernel's time at the setting; dkr's tile is KEYS distances; with KEYS = 2 ROWS, dk/dv
+  at ROWS rows by KEYS keys, held keys by rows, the forward and dq at KEYS rows by ROWS keys, dkr at ROWS; /atomic:
+  no dkr kernel, dq adding dkr up, so compare its total; /matmul: the positional term by one matmul, so compare its
+  step; "fastest" leaves both out); a setting the device cannot compile or launch, such as one past its shared
+  memory, is named with its error in the JSON's "refused". The default list, in order of promise (benchmarks/
+  RESULTS.md, GPU): the positional term by one matmul at the tiles with the fewest instructions a block of scores,
+  then tiles of 16 rows a warp, each warp whole rows of the scores (64 rows by 32 keys at 4 warps: on an H100
+  warpgroup MMA), then the square tiles around the default;
 - the other --variants at the defaults, where the time goes: the mask as the (B, Q, K) block (as a compiled model
   passes it), the positional term dense (the (B, N, Q, K) shifted scores made contiguous by the caller and read, as
   the query stream's, instead of the band computed inside), no mask, no segments, dropout 0.1.
@@ -52,6 +54,8 @@ from xlnet_lite.training import write_json
 KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "dq", "_attn_bwd_dkr": "dkr"}
 VARIANTS = ("dkr_atomic", "matmul", "block", "dense", "nomask", "noseg", "dropout")
 SETTINGS = (
+    "64x64/4/3/matmul",
+    "32x64/4/3/matmul",
     "64x32/4/3",
     "64x32/4/3/atomic",
     "32x64/4/3",
@@ -66,21 +70,23 @@ SETTINGS = (
 
 
 def parse_setting(text):
-    """ROWSxKEYS/WARPS/STAGES[/atomic] -> {kernel: triton_attention.Launch or None}: the forward, dk/dv and dq at tiles
-    of ROWS rows by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile, or with /atomic None (no dkr
-    kernel: dq adds dkr up); KEYS = 2 ROWS: dk/dv at ROWS rows by KEYS keys (held keys by rows), the forward and dq
-    at KEYS rows by ROWS keys, dkr at ROWS (FlashAttention 2's arrangement); ValueError if the text is not of that
-    form."""
+    """ROWSxKEYS/WARPS/STAGES[/atomic|/matmul] -> {kernel: triton_attention.Launch or None}: the forward, dk/dv and dq
+    at tiles of ROWS rows by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile, or with /atomic None
+    (no dkr kernel: dq adds dkr up); KEYS = 2 ROWS: dk/dv at ROWS rows by KEYS keys (held keys by rows), the forward
+    and dq at KEYS rows by ROWS keys, dkr at ROWS (FlashAttention 2's arrangement). /matmul, the positional term's
+    form (POSITIONAL "matmul", no dkr kernel), is not a launch setting: the table is as without it. ValueError if the
+    text is not of that form."""
     from xlnet_lite import triton_attention as ta
 
     try:
-        tile, warps, stages, *atomic = text.split("/")
+        tile, warps, stages, *flag = text.split("/")
         rows, keys = (int(n) for n in tile.split("x"))
         warps, stages = int(warps), int(stages)
-        if atomic not in ([], ["atomic"]):
+        if flag not in ([], ["atomic"], ["matmul"]):
             raise ValueError
     except ValueError:
-        raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES[/atomic] (e.g. 64x32/4/3)") from None
+        raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES[/atomic|/matmul] (e.g. 64x32/4/3)") from None
+    atomic = flag == ["atomic"]
     if min(rows, keys) < 16 or keys & (keys - 1) or rows not in (keys, 2 * keys, keys // 2):
         raise ValueError(
             f"{text!r}: KEYS a power of two, ROWS and KEYS at least 16 (tl.dot's smallest), ROWS KEYS, twice or half it"
@@ -239,8 +245,8 @@ def main(argv=None):
         "--settings",
         nargs="*",
         default=list(SETTINGS),
-        help="launch settings ROWSxKEYS/WARPS/STAGES[/atomic] (KEYS = ROWS or ROWS / 2; /atomic: dq adds dkr up), "
-        "each a row with every kernel at it",
+        help="launch settings ROWSxKEYS/WARPS/STAGES[/atomic|/matmul] (KEYS = ROWS, ROWS / 2 or 2 ROWS; /atomic: dq "
+        "adds dkr up; /matmul: the positional term by one matmul), each a row with every kernel at it",
     )
     parser.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--out", default="benchmarks/results/gpu/triton_kernels.json")
@@ -321,10 +327,10 @@ def main(argv=None):
         if variant in args.variants:
             measure(variant, variant)
     for text, setting in settings.items():
-        if setting != defaults:
-            rows_keys, warps, stages, *atomic = text.split("/")
-            label = f"tile{rows_keys}_warps{warps}_stages{stages}" + "_atomic" * bool(atomic)
-            measure(label, "dkr_atomic" if atomic else "ranks", setting)
+        rows_keys, warps, stages, *flag = text.split("/")
+        if setting != defaults or flag == ["matmul"]:
+            label = f"tile{rows_keys}_warps{warps}_stages{stages}" + "".join(f"_{f}" for f in flag)
+            measure(label, {"atomic": "dkr_atomic", "matmul": "matmul"}[flag[0]] if flag else "ranks", setting)
     for variant in args.variants:
         if variant not in ("dkr_atomic", "matmul"):
             measure(variant, variant)

@@ -2,13 +2,14 @@
 # The fused Triton attention (attn_implementation="xlnet_lite_triton") and SDPA held to cuDNN's kernel, on a GPU
 # machine lent for a few minutes, in one command, the parts in the order of what they decide: the kernels' CUDA
 # tests (every head against transformers in fp32, a training step's gradients against the explicit kernel, bf16
-# against fp32, the memory, generate(); at the bf16 default of 4 warps a tile), then one layer's attention alone at
-# each tile size and warp count and through each fused SDPA backend (bench_triton_attention, dropout 0), each kernel
-# alone at each launch setting and with each term changed (bench_triton_kernels), then `base` at XLNet's pretraining
-# shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels, eager; then the same
-# compiled; a profile last, if PROFILE_S is set. Logs and JSON go to $OUT (default gpu_out/, 10 files at most); each
-# part has its own time limit (seconds: TESTS_S, KERNEL_S, KERNELS_S, BENCH_S, COMPILED_S, PROFILE_S; the defaults sum
-# to 580).
+# against fp32, the memory, generate(); at the bf16 default of 4 warps a tile; the positional term by one matmul),
+# then one layer's attention alone at each tile size and warp count, the positional term as the band and by one
+# matmul, and through each fused SDPA backend (bench_triton_attention, dropout 0), then `base` at XLNet's pretraining
+# shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels with the band and by one
+# matmul, eager; then the matmul's and SDPA's compiled; then each kernel alone at each launch setting and with each
+# term changed (bench_triton_kernels); a profile last, if PROFILE_S is set. Logs and JSON go to $OUT (default
+# gpu_out/, 10 files at most); each part has its own time limit (seconds: TESTS_S, KERNEL_S, BENCH_S, COMPILED_S,
+# KERNELS_S, PROFILE_S; the defaults sum to 580).
 #
 #   bash benchmarks/run_triton_on_gpu.sh
 #
@@ -24,17 +25,18 @@ workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
 timeout "${TESTS_S:-90}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
     -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
-timeout "${KERNEL_S:-60}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
+timeout "${KERNEL_S:-80}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
     --out "$OUT/triton_attention_base_dropout0.json" 2>&1 | tee "$OUT/bench_triton_attention.log"
-timeout "${KERNELS_S:-130}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
-    | tee "$OUT/bench_triton_kernels.log"
 timeout "${BENCH_S:-100}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
-    lite_sdpa_cudnn_nodrop_bf16 lite_triton_nodrop_bf16 lite_triton_bf16 \
+    lite_sdpa_cudnn_nodrop_bf16 lite_triton_nodrop_bf16 lite_triton_matmul_nodrop_bf16 \
     --out "$OUT/model_base_triton.json" 2>&1 | tee "$OUT/bench_triton.log"
 echo "benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"
-timeout "${COMPILED_S:-200}" python3 -m benchmarks.bench_gpu --config base --variants lite_triton_compiled_nodrop_bf16 \
-    lite_compiled_nodrop_bf16 --out "$OUT/model_base_triton_compiled.json" 2>&1 | tee -a "$OUT/bench_triton.log"
+timeout "${COMPILED_S:-200}" python3 -m benchmarks.bench_gpu --config base --variants \
+    lite_triton_matmul_compiled_nodrop_bf16 lite_compiled_nodrop_bf16 --out "$OUT/model_base_triton_compiled.json" \
+    2>&1 | tee -a "$OUT/bench_triton.log"
 echo "compiled benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"
+timeout "${KERNELS_S:-110}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
+    | tee "$OUT/bench_triton_kernels.log"
 if [ "${PROFILE_S:-0}" -gt 0 ]; then
     timeout "$PROFILE_S" python3 -m benchmarks.profile_gpu --config base --variant lite_triton_nodrop_bf16 --steps 2 \
         --rows 30 --out "$OUT/profile_base_lite_triton_nodrop_bf16.txt" 2>&1 | tail -5

@@ -316,14 +316,16 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
             assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("change", ["dkr_atomic", "tiles_64x32", "dk_dv_keys_major"])
+@pytest.mark.parametrize("change", ["dkr_atomic", "tiles_64x32", "dk_dv_keys_major", "positional_matmul_64x64"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtype, change, monkeypatch):
     """Compiled at `base`'s head size over several tiles and distance blocks, every term on, positional keys shared by
     the batch and one per row: the output and every gradient as at the default launch settings (fp32: to float
     rounding; bf16: to its rounding of the score gradient), with dkr's setting None (no dkr kernel; dq adds dkr up by
     atomic adds), with the forward, dk/dv and dq at tiles of 64 rows by 32 keys (two chunks of distances carried
-    along the keys; warpgroup MMA on an H100), and with dk/dv at 32 rows by 64 keys held keys by rows."""
+    along the keys; warpgroup MMA on an H100), with dk/dv at 32 rows by 64 keys held keys by rows, and with the
+    positional term as one matmul's product read shifted (POSITIONAL "matmul", bf16 rounding that product as the SDPA
+    path does) at 64 x 64 tiles."""
     from xlnet_lite import triton_attention as ta
 
     gen, rand = seeded(2, dtype)
@@ -342,14 +344,19 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
         changed = {"dkr": None}
     elif change == "tiles_64x32":
         changed = {kernel: ta.Launch(64, 4, default[kernel].stages, keys=32) for kernel in ("forward", "dk_dv", "dq")}
-    else:
+    elif change == "dk_dv_keys_major":
         changed = {"dk_dv": ta.Launch(32, 4, default["dk_dv"].stages, keys=64)}
+    else:
+        changed = {kernel: ta.Launch(64, 4, default[kernel].stages) for kernel in ("forward", "dk_dv", "dq")}
+    where = ta._where(torch.device(CUDA), dtype)
+    form = "matmul" if change == "positional_matmul_64x64" else "band"
     for kr in (rand(1, N, D, Q + K), rand(batch, N, D, Q + K)):
         inputs = (qw, qr, k, v, kr, gain)
         results = []
-        for settings in (default, {**default, **changed}):
+        for settings, positional in ((default, "band"), ({**default, **changed}, form)):
             for kernel, setting in settings.items():
                 monkeypatch.setitem(table, kernel, setting)
+            monkeypatch.setitem(ta.POSITIONAL, where, positional)
             out = ta.relative_attention(
                 qw, k, v, qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q
             )

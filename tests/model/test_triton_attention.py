@@ -407,19 +407,21 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
 
     positional = dict(ta.POSITIONAL)
     out = tmp_path / "kernels.json"
-    given = ["16x16/1/1", "32x32/1/1", "32x16/1/1", "32x16/1/1/atomic", "16x32/1/1"]
+    given = ["16x16/1/1", "32x32/1/1", "32x16/1/1", "32x16/1/1/atomic", "16x32/1/1", "16x16/1/1/matmul"]
     bench.main(["--shape", "tiny", "--runs", "1", "--warmup", "0", "--settings", *given, "--out", str(out)])
     result = json.loads(out.read_text())
     rows = {r["label"]: r for r in result["rows"]}
     settings = [f"tile{t}_warps1_stages1" for t in ("32x32", "32x16", "32x16", "16x32")]
     settings[2] += "_atomic"
+    matmul = "tile16x16_warps1_stages1_matmul"  # the defaults' tiles, the positional term by one matmul
     others = [v for v in bench.VARIANTS if v not in ("dkr_atomic", "matmul")]
-    assert list(rows) == ["default", "dkr_atomic", "matmul", *settings, *others] and not result["refused"]
+    assert list(rows) == ["default", "dkr_atomic", "matmul", *settings, matmul, *others] and not result["refused"]
+    assert rows[matmul]["settings"] == rows["default"]["settings"]
     assert ta.POSITIONAL == positional
     for label, row in rows.items():
         timed = {k for k, s in row["median_s"].items() if s > 0}
         assert row["step_s"] >= row["total_s"] > 0, label
-        no_dkr = label in ("dense", "matmul", "dkr_atomic", settings[2])
+        no_dkr = label in ("dense", "matmul", "dkr_atomic", settings[2], matmul)
         assert timed == ({"forward", "dk_dv", "dq"} if no_dkr else {"forward", "dk_dv", "dq", "dkr"}), label
         if label in ("nomask", "noseg", "dropout"):  # other scores: no check
             assert row["max_abs_diff_vs_default"] is None, label
@@ -440,28 +442,46 @@ def test_kernel_benchmark_times_each_kernel_at_each_setting_and_variant(tmp_path
         timed = [rows[label] for label in ("default", *settings[:2], settings[3])]
         fastest = min(timed, key=lambda row: row["median_s"][kernel])
         assert best == dict(setting=fastest["settings"][kernel], median_s=fastest["median_s"][kernel])
-    for bad in ("24x24/1/1", "32x32/3/1", "64x16/4/1", "16x64/4/1", "8x16/1/1", "32x32/1", "32", "32x32/1/1/atom"):
+    for bad in (
+        "24x24/1/1",
+        "32x32/3/1",
+        "64x16/4/1",
+        "16x64/4/1",
+        "8x16/1/1",
+        "32x32/1",
+        "32",
+        "32x32/1/1/atom",
+        "32x32/1/1/atomic/matmul",
+    ):
         with pytest.raises(SystemExit):
             bench.main(["--shape", "tiny", "--settings", bad, "--out", str(out)])
 
 
 def test_bench_gpu_matmul_row_is_the_triton_row_with_the_positional_term_by_one_matmul(monkeypatch):
     """benchmarks/bench_gpu.py's lite_triton_matmul_nodrop_bf16 runs the dropout-0 Triton row's weights, batch and
-    memory with POSITIONAL "matmul" through its forward and backward (no dkr kernel launched; the plain row launches
-    one a layer), gives its loss and gradients, and leaves POSITIONAL as it was."""
+    memory with POSITIONAL "matmul" and its launch setting through its forward and backward (no dkr kernel launched;
+    the plain row launches one a layer), gives its loss and gradients, and leaves POSITIONAL and LAUNCH as they
+    were."""
     from benchmarks import bench_gpu
     from xlnet_lite import triton_attention as ta
 
-    positional = dict(ta.POSITIONAL)
-    dkr = ta._attn_bwd_dkr
+    positional, table = dict(ta.POSITIONAL), {k: dict(v) for k, v in ta.LAUNCH.items()}
+    monkeypatch.setitem(bench_gpu.MATMUL, "lite_triton_matmul_nodrop_bf16", "32x32/1/1")  # the interpreter's speed
     launched = []
 
-    class Counted:
-        def __getitem__(self, grid):
-            launched.append(grid)
-            return dkr[grid]
+    def logged(kernel, name):
+        class Logged:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    launched.append((name, kwargs.get("BLOCK_M", kwargs.get("BLOCK"))))
+                    return kernel[grid](*args, **kwargs)
 
-    monkeypatch.setattr(ta, "_attn_bwd_dkr", Counted())
+                return launch
+
+        return Logged()
+
+    for attr in ("_attn_fwd", "_attn_bwd_dkr"):
+        monkeypatch.setattr(ta, attr, logged(getattr(ta, attr), attr))
     cfg = dict(
         vocab_size=97,
         d_model=16,
@@ -482,10 +502,12 @@ def test_bench_gpu_matmul_row_is_the_triton_row_with_the_positional_term_by_one_
         launched.clear()
         loss = variant.forward_backward()
         grads = [p.grad.clone() for p in variant.model.parameters() if p.grad is not None]
-        results[name] = (loss.detach(), grads, len(launched))
-        assert ta.POSITIONAL == positional
-    (loss, grads, plain_dkr), (loss_mm, grads_mm, matmul_dkr) = results.values()
-    assert plain_dkr == cfg["n_layer"] - 1 and matmul_dkr == 0  # the last layer runs only the query stream
+        results[name] = (loss.detach(), grads, list(launched))
+        assert ta.POSITIONAL == positional and {k: dict(v) for k, v in ta.LAUNCH.items()} == table
+    (loss, grads, plain), (loss_mm, grads_mm, matmul) = results.values()
+    # layer 1 runs both streams, layer 2 only the query stream; the matmul row every kernel at its 32-row tiles
+    assert plain == [("_attn_fwd", 16)] * 3 + [("_attn_bwd_dkr", 16)]
+    assert matmul == [("_attn_fwd", 32)] * 3
     torch.testing.assert_close(loss_mm, loss, atol=1e-5, rtol=1e-5)
     assert len(grads) == len(grads_mm) > 0
     for g, h in zip(grads_mm, grads):
@@ -898,7 +920,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 22 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 24 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
