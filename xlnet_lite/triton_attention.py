@@ -20,7 +20,9 @@ index) comes in one of two forms:
   backward kernel gives dkr a block of distances at a time, over the slab of keys those distances reach from each
   block of queries (no atomics), or, with dkr's launch setting None, dq adds dkr up by atomic adds (the sum's order,
   and so its last bits, then vary from run to run; not while torch.use_deterministic_algorithms is on). No (Q, K) or
-  (Q, R) tensor is written, forward or backward.
+  (Q, R) tensor is written, forward or backward. Or, with POSITIONAL "matmul", the operator makes qr kr^T by one
+  matmul and the kernels read it shifted, by strides, in the dense form below (no band, no dkr kernel), the
+  gradient written into the product's layout and taken to qr and kr by two more matmuls.
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
