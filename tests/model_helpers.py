@@ -9,6 +9,20 @@ import xlnet_lite
 from xlnet_lite.modeling_xlnet_lite import rel_shift
 
 TINY = dict(vocab_size=97, d_model=32, n_layer=2, n_head=4, d_inner=48, dropout=0.0, mem_len=None)
+# benchmarks/bench_gpu.py's configs' form (CONFIGS), tiny: a batch of 2 x 12 tokens, 3 predicted, a 6-token memory
+BENCH_TINY = dict(
+    vocab_size=97,
+    d_model=16,
+    n_layer=2,
+    n_head=2,
+    d_inner=32,
+    batch=2,
+    seq_len=12,
+    num_predict=3,
+    mem_len=6,
+    reuse_len=6,
+    dropout=0.1,
+)
 
 
 def randomise(model, scale=0.3, seed=0):

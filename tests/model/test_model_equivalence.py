@@ -3,7 +3,7 @@ on both attention implementations."""
 
 import pytest
 import torch
-from model_helpers import run_both, twins
+from model_helpers import BENCH_TINY, run_both, twins
 
 import xlnet_lite
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks
@@ -405,19 +405,7 @@ def test_bench_gpu_segment_bias_row_is_its_twin_with_no_segment_dims(monkeypatch
     from benchmarks import bench_gpu
     from xlnet_lite import modeling_xlnet_lite as modeling
 
-    cfg = dict(
-        vocab_size=97,
-        d_model=16,
-        n_layer=2,
-        n_head=2,
-        d_inner=32,
-        batch=2,
-        seq_len=12,
-        num_predict=3,
-        mem_len=6,
-        reuse_len=6,
-        dropout=0.0,
-    )
+    cfg = dict(BENCH_TINY, dropout=0.0)
     variants = bench_gpu.build(cfg, ["lite_sdpa_bf16", "lite_sdpa_segbias_bf16"])
     widths = []
     real = modeling.segment_dims
@@ -452,19 +440,7 @@ def test_bench_gpu_cudnn_row_is_the_dropout_0_sdpa_row_held_to_cudnn(monkeypatch
         yield
 
     monkeypatch.setattr(torch.nn.attention, "sdpa_kernel", recording)
-    cfg = dict(
-        vocab_size=97,
-        d_model=16,
-        n_layer=2,
-        n_head=2,
-        d_inner=32,
-        batch=2,
-        seq_len=12,
-        num_predict=3,
-        mem_len=6,
-        reuse_len=6,
-        dropout=0.1,
-    )
+    cfg = BENCH_TINY
     variants = bench_gpu.build(cfg, ["lite_sdpa_nodrop_bf16", "lite_sdpa_cudnn_nodrop_bf16"])
     losses = {}
     for name, variant in variants.items():
@@ -484,19 +460,7 @@ def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
     from benchmarks import bench_gpu
     from xlnet_lite.modeling_xlnet_lite import Dropout
 
-    cfg = dict(
-        vocab_size=97,
-        d_model=16,
-        n_layer=2,
-        n_head=2,
-        d_inner=32,
-        batch=2,
-        seq_len=12,
-        num_predict=3,
-        mem_len=6,
-        reuse_len=6,
-        dropout=0.1,
-    )
+    cfg = BENCH_TINY
     variants = bench_gpu.build(
         cfg,
         ["lite_sdpa_bf16", "lite_sdpa_nodrop_bf16", "lite_flex_bf16", "lite_triton_bf16", "lite_triton_nodrop_bf16"],

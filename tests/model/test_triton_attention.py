@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
 
 from model_helpers import (  # noqa: E402
+    BENCH_TINY,
     TINY,
     plain_relative_attention,
     randomise,
@@ -482,19 +483,7 @@ def test_bench_gpu_matmul_row_is_the_triton_row_with_the_positional_term_by_one_
 
     for attr in ("_attn_fwd", "_attn_bwd_dkr"):
         monkeypatch.setattr(ta, attr, logged(getattr(ta, attr), attr))
-    cfg = dict(
-        vocab_size=97,
-        d_model=16,
-        n_layer=2,
-        n_head=2,
-        d_inner=32,
-        batch=2,
-        seq_len=12,
-        num_predict=3,
-        mem_len=6,
-        reuse_len=6,
-        dropout=0.1,
-    )
+    cfg = BENCH_TINY
     variants = bench_gpu.build(cfg, ["lite_triton_nodrop_bf16", "lite_triton_matmul_nodrop_bf16"])
     results = {}
     for name, variant in variants.items():
