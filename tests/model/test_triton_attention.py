@@ -740,23 +740,29 @@ def test_the_shifted_product_holds_the_band_at_aligned_rows(kr_rows, qlen, extra
 
 
 @pytest.mark.parametrize(
-    "step",
+    "step, tall",
     [
-        dict(seed=5, Q=37, M=6),
-        dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12),
-        dict(seed=3, Q=35, M=9, qlen=10),
+        (dict(seed=5, Q=37, M=6), False),
+        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), False),
+        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), True),
+        (dict(seed=3, Q=35, M=9, qlen=10), False),
     ],
 )
-def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, step):
+def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, step, tall):
     """POSITIONAL "matmul": the content stream's positional term as one product of qr and kr that the dense form's
     kernels read shifted (no band, no dkr kernel; dq writes the scores' gradient into the product's layout, two
     matmuls take it back to qr and kr) gives the band's output and every gradient, over partial tiles, every term on,
-    distances past R or below 0, positional keys shared or per row, dropout drawn alike. A form the kernels do not
-    take is refused by name."""
+    distances past R or below 0, positional keys shared or per row, dropout drawn alike; also with the forward and dq
+    at 32 rows by 16 keys and dk/dv at 16 rows by 32 held keys by rows (bench_triton_kernels' 32x64/4/3/matmul,
+    scaled). A form the kernels do not take is refused by name."""
     from xlnet_lite import triton_attention as ta
 
     run = banded_step(**step)
     reference = run()
+    if tall:
+        interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
+        for kernel, setting in dict(forward=(32, 16), dq=(32, 16), dk_dv=(16, 32)).items():
+            monkeypatch.setitem(interpreter, kernel, ta.Launch(setting[0], 1, 1, keys=setting[1]))
     launched = []
 
     def logged(kernel, name):
