@@ -38,21 +38,18 @@ GRADS = ("qw", "qr", "k", "v", "kr", "gain")  # the inputs a step takes gradient
 # the fused SDPA backends that take a bias (flash takes none); on CUDA a row each, the backend held
 SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
 # (rows per tile, keys per tile, warps, the mask as ranks or as the (B, Q, K) block, the positional term's form:
-# triton_attention.POSITIONAL); 32 x 32 at 4 warps the bf16 default, ranks the model's choice for factorization masks;
-# 64 x 32 at 4 warps and 128 x 64 at 8 give each warp 16 whole rows of the scores (on an H100 warpgroup MMA); 32 x 32
-# at 8 warps, timed before (results/gpu/); "matmul": the positional scores one cuBLAS product read shifted (at 64 x 64
-# the fewest instructions a block of scores, nothing spilled: results/gpu/triton_matmul_sm90_bf16.json)
+# triton_attention.POSITIONAL); 32 x 32 at 4 warps, ranks and the band the bf16 defaults; 64 x 32 at 4 warps gives each
+# warp 16 whole rows of the scores (on an H100 warpgroup MMA); "matmul": the positional scores one cuBLAS product read
+# shifted (at 64 x 64 the fewest instructions a block of scores, nothing spilled: results/gpu/
+# triton_matmul_sm90_bf16.json). Timed before and left out (results/gpu/h200_triton_attention_base.log): the band at
+# 64 x 64 tiles and at 8 warps, 1.5x slower; the mask as the block: bench_triton_kernels' "block" row.
 TILES = {
     "cuda": [
-        (32, 32, 4, False, "band"),
         (32, 32, 4, True, "band"),
         (32, 32, 4, True, "matmul"),
         (64, 32, 4, True, "band"),
         (64, 32, 4, True, "matmul"),
-        (64, 64, 4, True, "band"),
         (64, 64, 4, True, "matmul"),
-        (128, 64, 8, True, "band"),
-        (32, 32, 8, True, "band"),
     ],
     "cpu": [(16, 16, 1, False, "band"), (16, 16, 1, True, "band"), (16, 16, 1, True, "matmul")],
 }

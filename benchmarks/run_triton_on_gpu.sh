@@ -25,7 +25,7 @@ workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
 timeout "${TESTS_S:-90}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
     -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
-timeout "${KERNEL_S:-80}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
+timeout "${KERNEL_S:-70}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
     --out "$OUT/triton_attention_base_dropout0.json" 2>&1 | tee "$OUT/bench_triton_attention.log"
 timeout "${BENCH_S:-100}" python3 -m benchmarks.bench_gpu --config base --variants lite_sdpa_nodrop_bf16 \
     lite_sdpa_cudnn_nodrop_bf16 lite_triton_nodrop_bf16 lite_triton_matmul_nodrop_bf16 \
@@ -35,7 +35,7 @@ timeout "${COMPILED_S:-200}" python3 -m benchmarks.bench_gpu --config base --var
     lite_triton_matmul_compiled_nodrop_bf16 lite_compiled_nodrop_bf16 --out "$OUT/model_base_triton_compiled.json" \
     2>&1 | tee -a "$OUT/bench_triton.log"
 echo "compiled benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"
-timeout "${KERNELS_S:-110}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
+timeout "${KERNELS_S:-120}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
     | tee "$OUT/bench_triton_kernels.log"
 if [ "${PROFILE_S:-0}" -gt 0 ]; then
     timeout "$PROFILE_S" python3 -m benchmarks.profile_gpu --config base --variant lite_triton_nodrop_bf16 --steps 2 \
