@@ -960,13 +960,13 @@ LAUNCH = {
 
 
 # How the content stream's positional term reaches the kernels, by where they run (LAUNCH's keys): "band", computed
-# inside them a tile at a time from qr and kr (no (Q, K) or (Q, R) tensor); or "matmul", one (B, N, Q, R) product of
-# qr and kr by torch's matmul (cuBLAS on a GPU), which the forward, dk/dv and dq kernels read shifted, by strides, as
-# the query stream's scores (the dense form: no band to gather, no dkr kernel); dq writes its gradient in the same
-# shifted layout and two matmuls give dqr's and dkr's parts. The product lives only inside the operator (made in the
-# forward, made again in the backward): B * N * Q * (R + 1) values in the inputs' dtype at a time, twice in the
-# backward (its gradient), where the band keeps none. The product is rounded to the inputs' dtype, as the SDPA path's
-# bias is; the band adds the positional scores in fp32.
+# inside them a tile at a time from qr and kr (no (Q, K) or (Q, R) tensor); or "matmul", qr times kr by one torch
+# matmul (cuBLAS on a GPU), a (B, N, Q, W) product (W: R or qlen + K, the more, padded: W - 1 a multiple of 16)
+# which the forward, dk/dv and dq kernels read shifted, by strides, as the query stream's scores (the dense form: no
+# band to gather, no dkr kernel); dq writes its gradient in the same shifted layout and two matmuls give dqr's and
+# dkr's parts. The product lives only inside the operator (made in the forward, made again in the backward): its
+# B * N * Q * W values in the inputs' dtype at a time, twice in the backward (its gradient), where the band keeps
+# none. It is rounded to the inputs' dtype, as the SDPA path's bias is; the band adds the positional scores in fp32.
 POSITIONAL = {"cuda": "band", "cuda_fp32": "band", "interpreter": "band"}
 
 
