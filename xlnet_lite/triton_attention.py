@@ -1360,7 +1360,8 @@ def relative_attention(
 
     qw (B, N, Q, D): the queries plus u, scaled by 1 / sqrt(D); k, v (B, N, K, D); either qr (the queries plus v,
     scaled) with kr (B or 1, N, D, R), the projected positional keys, for the banded term of the content stream
-    (query i at position i), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled
+    (query i at position i; the kernels compute it a band at a time, or with POSITIONAL "matmul" read it from one
+    matmul of the two), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled
     segment term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None);
     blocked (B or 1, Q, K) bool, or the same mask as MaskRanks (mask_ranks: two vectors the kernels compare instead
     of reading a block of the mask a tile); dropout_p: dropout on the probabilities (after the softmax, inverted), its
