@@ -717,6 +717,28 @@ def test_tiles_of_twice_as_many_rows_as_keys_give_the_square_tiles_results(monke
         monkeypatch.setitem(interpreter, kernel, setting)
 
 
+def test_the_operator_refuses_layouts_its_kernels_do_not_take():
+    """The forward operator called directly (relative_attention arranges its inputs so) refuses, in one line and
+    before any launch, qr laid out unlike qw, positional keys with neither 1 nor the batch's rows, and positional
+    scores that are not contiguous (dq writes their gradient in their layout)."""
+    from xlnet_lite import triton_attention as ta
+
+    batch, N, Q, K, D = 2, 2, 5, 7, 16
+    qw, k, v = torch.randn(batch, N, Q, D), torch.randn(batch, N, K, D), torch.randn(batch, N, K, D)
+
+    def forward(qr, kr=None, pos=None):
+        return ta._forward(qw, qr, k, v, kr, pos, None, None, None, None, None, 0.0, Q, ta.NO_DIAGONAL)
+
+    cases = [
+        (dict(qr=qw.transpose(2, 3).contiguous().transpose(2, 3), kr=torch.randn(1, N, D, Q + K)), "qr laid out"),
+        (dict(qr=qw, kr=torch.randn(3, N, D, Q + K)), "kr has 3 rows"),
+        (dict(qr=qw, pos=torch.randn(batch, N, K, Q).transpose(2, 3)), "contiguous positional scores"),
+    ]
+    for inputs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            forward(**inputs)
+
+
 @pytest.mark.parametrize("kr_rows, qlen, extra_distances", [(1, None, 0), (B, 45, -12), (1, 10, 0), (B, 10, 7)])
 def test_the_shifted_product_holds_the_band_at_aligned_rows(kr_rows, qlen, extra_distances):
     """_shifted_scores (POSITIONAL "matmul"): its (B, N, Q, K) view of one qr-kr product holds, at (i, j), qr_i times
