@@ -616,10 +616,11 @@ def test_cuda_launch_settings_by_precision():
     assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
 
 
-def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0, N=2, D=12):
+def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0, N=2, D=12, ranks=False):
     """A step of the banded form with every term on (segments, a mask blocking 40% of the keys, queries and keys not
     multiples of a tile) on seeded inputs: a function returning the output and the gradients of qw, k, v, qr, kr and
-    gain (the dropout's seed the same each call). qlen: Q unless given; R = qlen + K + extra_distances."""
+    gain (the dropout's seed the same each call). qlen: Q unless given; R = qlen + K + extra_distances; ranks: the mask
+    as MaskRanks of random ranks instead (key j blocked for row i where its rank is at most the row's)."""
     gen = torch.Generator().manual_seed(seed)
     qlen = Q if qlen is None else qlen
     K = Q + M
@@ -633,6 +634,8 @@ def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0
     inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
     grad = torch.randn(B, Q, N, D, generator=gen)
     leaves = [name for name, t in inputs.items() if t.requires_grad]
+    if ranks:
+        inputs["blocked"] = MaskRanks(torch.randint(0, K, (B, Q + K), generator=gen, dtype=torch.int32), NO_DIAGONAL)
 
     def run():
         for name in leaves:
@@ -643,6 +646,58 @@ def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0
         return out.detach(), [inputs[name].grad.clone() for name in leaves]
 
     return run
+
+
+@pytest.mark.parametrize(
+    "step, form, tall",
+    [
+        (dict(seed=1, Q=32, M=32, D=16), "band", False),
+        (dict(seed=2, Q=32, M=32, D=16, ranks=True, dropout=0.1, kr_rows=B), "band", True),
+        (dict(seed=3, Q=32, M=32, D=16, ranks=True), "matmul", False),
+        (dict(seed=4, Q=32, M=32, D=16, qlen=20), "matmul", True),
+    ],
+)
+def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step, form, tall):
+    """Queries and keys multiples of every tile and a head size of 16 (its own block): the forward, dk/dv and dq
+    launch with EVEN (no bounds checked in their loops; the dkr kernel checks its own) and give exactly the output and
+    every gradient of the same launches with the bounds checked; the mask as a block or as ranks, the positional term
+    as the band or one matmul's product, square tiles or tall ones with dk/dv held keys by rows, dropout drawn alike.
+    Shapes that are not whole tiles launch with EVEN off."""
+    from xlnet_lite import triton_attention as ta
+
+    launched = []
+
+    def logged(kernel, name):
+        class Logged:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    launched.append((name, kwargs.get("EVEN")))
+                    return kernel[grid](*args, **kwargs)
+
+                return launch
+
+        return Logged()
+
+    for attr in ("_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dkr"):
+        monkeypatch.setattr(ta, attr, logged(getattr(ta, attr), attr))
+    monkeypatch.setitem(ta.POSITIONAL, "interpreter", form)
+    if tall:
+        interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
+        for kernel, (rows, keys) in dict(forward=(32, 16), dq=(32, 16), dk_dv=(16, 32)).items():
+            monkeypatch.setitem(interpreter, kernel, ta.Launch(rows, 1, 1, keys=keys))
+    run = banded_step(**step)
+    out, grads = run()
+    kernels = ["_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"] + ["_attn_bwd_dkr"] * (form == "band")
+    assert launched == [(name, None if name == "_attn_bwd_dkr" else True) for name in kernels]
+    launched.clear()
+    monkeypatch.setattr(ta, "_even", lambda *args: False)
+    checked = run()
+    assert launched == [(name, None if name == "_attn_bwd_dkr" else False) for name in kernels]
+    assert torch.equal(out, checked[0]) and all(torch.equal(g, c) for g, c in zip(grads, checked[1]))
+    assert all(g.abs().max() > 0 for g in grads)
+    launched.clear()
+    banded_step(**{**step, "Q": 31})()  # not whole tiles: the bounds checked
+    assert {even for _, even in launched} <= {False, None}
 
 
 def test_each_kernel_launches_at_its_own_tile(monkeypatch):
