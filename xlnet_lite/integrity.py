@@ -155,8 +155,16 @@ def _load_every_file(folder: Path) -> str | None:
 
 
 def folder_size(folder: Path) -> int:
-    folder = Path(folder)
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+    """Bytes of the files under `folder` (0 if it is no folder). A file or folder that goes while it is read counts
+    0: another process of a run may be removing a partial checkpoint the size of which this one measures."""
+    total = 0
+    for root, _, files in os.walk(folder):  # a folder it can no longer list is skipped
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:  # gone, or a link to nothing
+                pass
+    return total
 
 
 def save_error(folder: Path, error: Exception, *, needed_bytes: int, what: str) -> SaveError:

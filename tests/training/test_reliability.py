@@ -22,7 +22,7 @@ from recipe_helpers import (
 )
 from safetensors.torch import load_file
 
-from xlnet_lite.integrity import MANIFEST, OutputLock, verify_checkpoint
+from xlnet_lite.integrity import MANIFEST, OutputLock, folder_size, verify_checkpoint
 from xlnet_lite.training import DISK_FULL_ENV
 
 pytestmark = pytest.mark.recipes  # runs the recipes end to end
@@ -239,3 +239,33 @@ def test_a_full_disk_on_one_of_two_processes(corpus, tmp_path, point, what):
     assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
     assert verify_checkpoint(tmp_path / "checkpoints" / "step_2") == (None, True)
     assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_a_checkpoint_measured_while_another_process_removes_it(tmp_path, monkeypatch):
+    """folder_size, which a process whose save failed runs on the partial checkpoint while the main process may be
+    removing it: a file or a folder that goes while it reads counts 0, and it raises nothing (a raw "No such file"
+    there once took the place of the one-line error)."""
+    folder = tmp_path / ".step_4.tmp"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "kept.bin").write_bytes(b"x" * 1000)
+    (folder / "gone.bin").write_bytes(b"x" * 500)
+    (folder / "sub" / "also_gone.bin").write_bytes(b"x" * 300)
+    assert folder_size(folder) == 1800
+    stat, scandir = os.stat, os.scandir
+
+    def stat_after_removal(path, *args, **kwargs):
+        if os.path.basename(path) == "gone.bin":  # listed, then removed before its size is read
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return stat(path, *args, **kwargs)
+
+    def scandir_after_removal(path="."):
+        if os.path.basename(path) == "sub":  # listed as a folder, then removed before it is read
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "stat", stat_after_removal)
+    monkeypatch.setattr(os, "scandir", scandir_after_removal)
+    assert folder_size(folder) == 1000
+    monkeypatch.undo()
+    shutil.rmtree(folder)
+    assert folder_size(folder) == 0 and folder_size(tmp_path / "never") == 0
