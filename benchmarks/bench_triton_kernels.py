@@ -144,6 +144,20 @@ def launch_settings_changed(table, changes):
         table.update(saved)
 
 
+def mark(cuda):
+    """A moment of the GPU's stream (a recorded CUDA event) or, in the interpreter, of the clock."""
+    if not cuda:
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def elapsed(start, end, cuda):
+    """Seconds between two marks (the events complete)."""
+    return start.elapsed_time(end) / 1000 if cuda else end - start
+
+
 class Timed:
     """A kernel whose launches are timed into the last log of `logs` (one a step) as (name, start, end): CUDA events
     on a GPU, the clock in the interpreter."""
@@ -153,16 +167,9 @@ class Timed:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                self.kernel[grid](*args, **kwargs)
-                end.record()
-            else:
-                start = time.perf_counter()
-                self.kernel[grid](*args, **kwargs)
-                end = time.perf_counter()
-            self.logs[-1].append((self.name, start, end))
+            start = mark(self.cuda)
+            self.kernel[grid](*args, **kwargs)
+            self.logs[-1].append((self.name, start, mark(self.cuda)))
 
         return launch
 
@@ -171,7 +178,7 @@ def kernel_seconds(log, cuda):
     """{kernel: seconds} summed over the launches logged (their events complete)."""
     seconds = dict.fromkeys(KERNELS.values(), 0.0)
     for name, start, end in log:
-        seconds[name] += start.elapsed_time(end) / 1000 if cuda else end - start
+        seconds[name] += elapsed(start, end, cuda)
     return seconds
 
 
@@ -202,29 +209,23 @@ def run(x, variant, runs, warmup, cuda):
     step's output and gradients). The steps are queued back to back and their events read after the last, so no
     launch waits on the CPU."""
     logs, steps, first = [], [], None
-    clock = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else None
     form = "matmul" if variant == "matmul" else "band"
     with kernels_replaced(lambda kernel, name: Timed(kernel, name, logs, cuda)), positional_changed(form):
         for _ in range(warmup + runs):
             for name in GRADS:
                 x[name].grad = None
             logs.append([])
-            start = clock() if cuda else time.perf_counter()
-            if cuda:
-                start.record()
+            start = mark(cuda)
             out = attention(x, variant)
             out.backward(x["grad"])
-            end = clock() if cuda else time.perf_counter()
-            if cuda:
-                end.record()
-            steps.append((start, end))
+            steps.append((start, mark(cuda)))
             if first is None:
                 grads = [x[k].grad.detach().float().clone() for k in GRADS if x[k].grad is not None]
                 first = (out.detach().float(), grads)
     if cuda:
         torch.cuda.synchronize()
     times = [kernel_seconds(log, cuda) for log in logs[warmup:]]
-    step = [start.elapsed_time(end) / 1000 if cuda else end - start for start, end in steps[warmup:]]
+    step = [elapsed(start, end, cuda) for start, end in steps[warmup:]]
     return {k: statistics.median(t[k] for t in times) for k in KERNELS.values()}, statistics.median(step), first
 
 

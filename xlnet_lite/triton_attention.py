@@ -51,7 +51,7 @@ except ImportError as error:
         "CPU `pip install triton` runs the kernels in its interpreter)"
     ) from error
 
-from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks
+from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks, positional_scores
 
 # ----------------------------------------------------------------------------------------------------------
 # Kernels
@@ -125,6 +125,7 @@ def _tile_scores(
     multiplied here (chunk W; in the dense form, a placeholder) and its keys (BLOCK_D, B) (kt in the dense form)."""
     krt_new = kt
     band_new = band_lo
+    inside = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]  # the queries' and keys' bounds
     s = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N)
     if BAND:
         W: tl.constexpr = BLOCK_M // BLOCK_N
@@ -143,12 +144,11 @@ def _tile_scores(
         )
     else:
         pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
-        ok = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]
-        s += tl.load(pos, mask=ok, other=0.0).to(tl.float32)
+        s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
     if HAS_SEG:
         seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
         s += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
-    visible = _below(offs_n, K, EVEN)[None, :] & _below(offs_m, Q, EVEN)[:, None]
+    visible = inside
     if HAS_MASK:
         visible &= _unmasked(
             BLK, b, offs_m[:, None], offs_n[None, :], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
@@ -539,6 +539,7 @@ def _attn_bwd_dkdv(
                 QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
             do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, EVEN)
+            inside = _below(offs_n, K, EVEN)[:, None] & _below(offs_m, Q, EVEN)[None, :]  # (key, row) in bounds
             s = tl.dot(k, tl.trans(qw), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
             if BAND:
                 tl.static_assert(BLOCK_N % BLOCK_M == 0, "keys a multiple of the rows")
@@ -555,11 +556,10 @@ def _attn_bwd_dkdv(
                 )
             else:
                 pos = POS + b * sp_b + n * sp_n + offs_m[None, :] * sp_m + offs_n[:, None] * sp_j
-                ok = _below(offs_m, Q, EVEN)[None, :] & _below(offs_n, K, EVEN)[:, None]
-                s += tl.load(pos, mask=ok, other=0.0).to(tl.float32)
+                s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
             if HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
-            visible = _below(offs_n, K, EVEN)[:, None] & _below(offs_m, Q, EVEN)[None, :]
+            visible = inside
             if HAS_MASK:
                 visible &= _unmasked(
                     BLK, b, offs_m[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
@@ -1052,12 +1052,12 @@ def positional_form(device, dtype):
 def _shifted_scores(qr, kr, qlen, K):
     """The banded positional term as one matmul's scores, read shifted: (pos, full, krp, lead). krp is kr between
     zero columns, `lead` before (no row reads before its own start) and enough after (to distance qlen + K, and rows
-    of a multiple of 16 plus one values); full = qr @ krp, (N, B * Q, W) when kr is shared by the batch (the batch in
-    the rows of one product), else (B, N, Q, W); pos (B, N, Q, K) its view with pos[b, n, i, j] = full's row i at
-    column lead + qlen - i + j, i.e. rows W - 1 values apart from lead + qlen on: kr's distance qlen - i + j, 0 outside
-    [0, R), as the band reads. Each row of pos starts 16 bytes aligned and its row stride is a multiple of 16, so the
-    kernels load it by vectors."""
-    B, N, Q, D = qr.shape
+    of a multiple of 16 plus one values); full = qr @ krp (B, N, Q, W), rows contiguous (positional_scores: one
+    (N, B * Q, W) product when kr is shared by the batch); pos (B, N, Q, K) its view with pos[b, n, i, j] = full's
+    row i at column lead + qlen - i + j, i.e. rows W - 1 values apart from lead + qlen on: kr's distance qlen - i + j,
+    0 outside [0, R), as the band reads. Each row of pos starts 16 bytes aligned and its row stride is a multiple of
+    16, so the kernels load it by vectors."""
+    B, N, Q, _ = qr.shape
     R = kr.shape[-1]
     lead = max(0, Q - 1 - qlen)
     lead += -(lead + qlen) % 8
@@ -1065,13 +1065,8 @@ def _shifted_scores(qr, kr, qlen, K):
     width += -(width - 1) % 16
     krp = kr.new_zeros(*kr.shape[:-1], width)
     krp[..., lead : lead + R] = kr
-    if kr.shape[0] == 1:
-        full = torch.bmm(qr.transpose(0, 1).reshape(N, B * Q, D), krp[0])  # (N, B * Q, W)
-        strides = (Q * width, B * Q * width, width - 1, 1)
-    else:
-        full = qr @ krp  # (B, N, Q, W)
-        strides = (N * Q * width, Q * width, width - 1, 1)
-    return full.as_strided((B, N, Q, K), strides, lead + qlen), full, krp, lead
+    full = positional_scores(qr, krp)  # (B, N, Q, W), rows contiguous
+    return full.as_strided((B, N, Q, K), (*full.stride()[:2], width - 1, 1), lead + qlen), full, krp, lead
 
 
 def _launch(kernel, device, dtype):
@@ -1263,9 +1258,10 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             **launch,
         )
     if matmul:  # back through the product: dqr = dfull krp^T, dkr = qr^T dfull (summed over the batch if shared)
-        if kr_rows == 1:
-            dqr.copy_(torch.bmm(dfull, krp[0].transpose(1, 2)).view(N, B, Q, D).transpose(0, 1))
-            dkrp = torch.bmm(qr.transpose(0, 1).reshape(N, B * Q, D).transpose(1, 2), dfull)[None]  # (1, N, D, W)
+        if kr_rows == 1:  # the batch in the rows, as the product was made: a view of its layout
+            rows = dfull.transpose(0, 1).reshape(N, B * Q, -1)
+            dqr.copy_(torch.bmm(rows, krp[0].transpose(1, 2)).view(N, B, Q, D).transpose(0, 1))
+            dkrp = torch.bmm(qr.transpose(0, 1).reshape(N, B * Q, D).transpose(1, 2), rows)[None]  # (1, N, D, W)
         else:
             dqr.copy_(dfull @ krp.transpose(2, 3))
             dkrp = qr.transpose(2, 3) @ dfull  # (B, N, D, W)

@@ -36,6 +36,16 @@ B, T, P = 3, 21, 5  # T not a multiple of the interpreter's 16-row tiles
 KERNEL_NAMES = ("_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dkr")
 
 
+def tall_tiles(monkeypatch):
+    """For the test, the interpreter's forward and dq at 32 rows by 16 keys, dk/dv at 16 rows by 32 keys held keys by
+    rows (bench_triton_kernels' 32x64/4/3 scaled to the interpreter's tiles)."""
+    from xlnet_lite import triton_attention as ta
+
+    interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
+    for kernel, (rows, keys) in dict(forward=(32, 16), dq=(32, 16), dk_dv=(16, 32)).items():
+        monkeypatch.setitem(interpreter, kernel, ta.Launch(rows, 1, 1, keys=keys))
+
+
 def logged_launches(monkeypatch, launched, flag):
     """The module's four kernels, for the test, log (kernel, its launch's keyword `flag`) into `launched` as they
     launch."""
@@ -679,9 +689,7 @@ def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step
     logged_launches(monkeypatch, launched, "EVEN")
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", form)
     if tall:
-        interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
-        for kernel, (rows, keys) in dict(forward=(32, 16), dq=(32, 16), dk_dv=(16, 32)).items():
-            monkeypatch.setitem(interpreter, kernel, ta.Launch(rows, 1, 1, keys=keys))
+        tall_tiles(monkeypatch)
     run = banded_step(**step)
     out, grads = run()
     kernels = ["_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"] + ["_attn_bwd_dkr"] * (form == "band")
@@ -834,9 +842,7 @@ def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, ste
     run = banded_step(**step)
     reference = run()
     if tall:
-        interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
-        for kernel, setting in dict(forward=(32, 16), dq=(32, 16), dk_dv=(16, 32)).items():
-            monkeypatch.setitem(interpreter, kernel, ta.Launch(setting[0], 1, 1, keys=setting[1]))
+        tall_tiles(monkeypatch)
     launched = []
     logged_launches(monkeypatch, launched, "BAND")
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul")
