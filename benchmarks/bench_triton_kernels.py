@@ -74,8 +74,9 @@ def parse_setting(text):
     at tiles of ROWS rows by KEYS keys (KEYS = ROWS or ROWS / 2), dkr at KEYS distances a tile, or with /atomic None
     (no dkr kernel: dq adds dkr up); KEYS = 2 ROWS: dk/dv at ROWS rows by KEYS keys (held keys by rows), the forward
     and dq at KEYS rows by ROWS keys, dkr at ROWS (FlashAttention 2's arrangement). /matmul, the positional term's
-    form (POSITIONAL "matmul", no dkr kernel), is not a launch setting: the table is as without it. ValueError if the
-    text is not of that form."""
+    form (POSITIONAL "matmul", no dkr kernel), is not a launch setting, but its dense-form kernels take any ROWS and
+    KEYS powers of two: KEYS more than ROWS as KEYS = 2 ROWS is read (dk/dv held keys by rows, the forward and dq at
+    KEYS rows by ROWS keys), else every kernel at ROWS by KEYS. ValueError if the text is not of that form."""
     from xlnet_lite import triton_attention as ta
 
     try:
@@ -86,14 +87,14 @@ def parse_setting(text):
             raise ValueError
     except ValueError:
         raise ValueError(f"{text!r} is not ROWSxKEYS/WARPS/STAGES[/atomic|/matmul] (e.g. 64x32/4/3)") from None
-    atomic = flag == ["atomic"]
-    if min(rows, keys) < 16 or keys & (keys - 1) or rows not in (keys, 2 * keys, keys // 2):
-        raise ValueError(
-            f"{text!r}: KEYS a power of two, ROWS and KEYS at least 16 (tl.dot's smallest), ROWS KEYS, twice or half it"
-        )
+    atomic, dense = flag == ["atomic"], flag == ["matmul"]
+    if min(rows, keys) < 16 or keys & (keys - 1) or rows & (rows - 1):
+        raise ValueError(f"{text!r}: ROWS and KEYS powers of two of at least 16 (tl.dot's smallest)")
+    if rows not in (keys, 2 * keys, keys // 2) and not dense:
+        raise ValueError(f"{text!r}: ROWS KEYS, twice or half it (any powers of two with /matmul)")
     if warps < 1 or warps & (warps - 1) or stages < 1:
         raise ValueError(f"{text!r}: WARPS a power of two, STAGES at least 1")
-    if keys == 2 * rows:
+    if keys > rows:
         tall = ta.Launch(keys, warps, stages, rows)
         settings = dict(forward=tall, dk_dv=ta.Launch(rows, warps, stages, keys), dq=tall)
         return {**settings, "dkr": None if atomic else ta.Launch(rows, warps, stages)}

@@ -15,6 +15,7 @@ and how many move data (shuffles between threads, shared-memory loads and stores
                                           [--variants dropout block nomask noseg atomic matmul]
                                           [--out FILE]
     python -m benchmarks.triton_resources --defaults [--dtypes bf16] ...   (each kernel at the library's setting)
+    python -m benchmarks.triton_resources --settings 128x64/8/3/matmul ...  (bench_triton_kernels' settings)
 
 The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
 factorization masks in eager mode); --variants adds a step for each change named (several joined by '+'): dropout 0.1
@@ -248,6 +249,13 @@ def main(argv=None):
         "--tiles x --warps x --stages (dkr at one stage).",
     )
     parser.add_argument(
+        "--settings",
+        nargs="+",
+        help="Instead of --tiles x --keys x --warps x --stages, these settings in bench_triton_kernels' form "
+        "ROWSxKEYS/WARPS/STAGES[/atomic|/matmul] (dkr at one stage); /matmul runs each variant with the positional "
+        "term by one matmul.",
+    )
+    parser.add_argument(
         "--variants",
         nargs="*",
         default=[],
@@ -258,14 +266,18 @@ def main(argv=None):
     for variant in args.variants:
         if not set(variant.split("+")) <= set(CHANGES):
             parser.error(f"--variants: {variant!r} is not one of {', '.join(CHANGES)} or several joined by '+'")
-    tables = []  # {kernel: Launch} a setting: bench_triton_kernels' ROWSxKEYS/WARPS/STAGES, dkr at one stage
-    for tile, keys, warps, stages in itertools.product(args.tiles, args.keys, args.warps, args.stages):
-        keys = {"square": tile, "half": tile // 2, "double": 2 * tile}[keys]
+    texts = args.settings or [
+        f"{tile}x{dict(square=tile, half=tile // 2, double=2 * tile)[keys]}/{warps}/{stages}"
+        for tile, keys, warps, stages in itertools.product(args.tiles, args.keys, args.warps, args.stages)
+    ]
+    tables = []  # ({kernel: Launch}, the change every step of it makes): dkr at one stage
+    for text in texts:
         try:
-            settings = parse_setting(f"{tile}x{keys}/{warps}/{stages}")
+            settings = parse_setting(text)
         except ValueError as error:
-            parser.error(f"--tiles, --keys, --warps, --stages: {error}")
-        tables.append({**settings, "dkr": settings["dkr"]._replace(stages=1)})
+            parser.error(f"{'--settings' if args.settings else '--tiles, --keys, --warps, --stages'}: {error}")
+        dkr = settings["dkr"] and settings["dkr"]._replace(stages=1)
+        tables.append(({**settings, "dkr": dkr}, "matmul" if text.endswith("/matmul") else None))
     limit = SHARED_LIMIT.get(args.arch)
     rows = []
     print(
@@ -276,40 +288,48 @@ def main(argv=None):
 
     def launch_tables(dtype):
         if args.defaults:
-            yield dict(ta.LAUNCH["cuda" if dtype == "bf16" else "cuda_fp32"])
+            yield dict(ta.LAUNCH["cuda" if dtype == "bf16" else "cuda_fp32"]), None
             return
         yield from tables
 
+    def with_change(variant, change):
+        """The variant with the setting's change too (None: the variant)."""
+        if change is None or change in (variant or "").split("+"):
+            return variant or change
+        return f"{variant}+{change}" if variant else change
+
     for dtype in args.dtypes:
-        for settings, variant in itertools.product(list(launch_tables(dtype)), [None, *args.variants]):
-            for stream, name, kernel, launch_args, launch_kwargs in recorded_launches(dtype, settings, variant):
-                # as the operators launched it (the settings asked for, if they read them right)
-                tile = launch_kwargs["BLOCK_M" if "BLOCK_M" in launch_kwargs else "BLOCK"]
-                keys = launch_kwargs.get("BLOCK_N", tile)
-                warps, stages = launch_kwargs["num_warps"], launch_kwargs["num_stages"]
-                row = dict(
-                    dtype=dtype,
-                    stream=stream,
-                    kernel=name,
-                    variant=variant,
-                    tile=tile,
-                    keys=keys,
-                    warps=warps,
-                    stages=stages,
-                    **measure(compile_launch(kernel, launch_args, launch_kwargs, args.arch), args.arch),
-                )
-                row["fits"] = None if limit is None else row["shared_bytes"] <= limit
-                rows.append(row)
-                loop = row["loop"] or dict.fromkeys(("instructions", *MIX), "-")
-                print(
-                    f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {f'{tile}x{keys}':>6} {warps:>5} "
-                    f"{stages:>6} "
-                    f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
-                    f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
-                    f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "
-                    f"{loop['global_loads']:>4} {loop['spills']:>5} | {', '.join(row['mma_layouts'])}",
-                    flush=True,
-                )
+        for settings, change in list(launch_tables(dtype)):
+            variants = dict.fromkeys(with_change(variant, change) for variant in [None, *args.variants])
+            for variant in variants:  # each once: a /matmul setting's "matmul" is its first step
+                for stream, name, kernel, launch_args, launch_kwargs in recorded_launches(dtype, settings, variant):
+                    # as the operators launched it (the settings asked for, if they read them right)
+                    tile = launch_kwargs["BLOCK_M" if "BLOCK_M" in launch_kwargs else "BLOCK"]
+                    keys = launch_kwargs.get("BLOCK_N", tile)
+                    warps, stages = launch_kwargs["num_warps"], launch_kwargs["num_stages"]
+                    row = dict(
+                        dtype=dtype,
+                        stream=stream,
+                        kernel=name,
+                        variant=variant,
+                        tile=tile,
+                        keys=keys,
+                        warps=warps,
+                        stages=stages,
+                        **measure(compile_launch(kernel, launch_args, launch_kwargs, args.arch), args.arch),
+                    )
+                    row["fits"] = None if limit is None else row["shared_bytes"] <= limit
+                    rows.append(row)
+                    loop = row["loop"] or dict.fromkeys(("instructions", *MIX), "-")
+                    print(
+                        f"{dtype:<5} {stream:<7} {name:<8} {variant or '':<14} {f'{tile}x{keys}':>6} {warps:>5} "
+                        f"{stages:>6} "
+                        f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
+                        f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
+                        f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "
+                        f"{loop['global_loads']:>4} {loop['spills']:>5} | {', '.join(row['mma_layouts'])}",
+                        flush=True,
+                    )
     command = "python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv)
     write_json(
         args.out,

@@ -57,6 +57,16 @@ from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks, positional_scores
 # Kernels
 
 
+LOG2E = tl.constexpr(1.4426950408889634)  # 1 / ln 2
+
+
+@triton.jit
+def _exp(s, m):
+    """exp(s - m), elementwise, as 2^(s log2 e - m log2 e): one fused multiply-add and the hardware's approximate
+    exp2 (ex2.approx.ftz on a GPU; tl.exp takes six instructions a value, handling subnormal results); m broadcasts."""
+    return tl.exp2(tl.fma(s, LOG2E, -m * LOG2E))
+
+
 @triton.jit
 def _below(offs, n, EVEN: tl.constexpr):
     """offs < n, elementwise; all true, with no comparison made, where the operands fill whole tiles (EVEN: Q and K
@@ -122,7 +132,8 @@ def _tile_scores(
     band_lo, band_mid: qr times the positional keys of chunks 0 and 1 (BLOCK_M, B) fp32 (band_mid unread when W is
     1). Rows a of the tile's row group g = a // B (row a' = a % B in it) read chunks W - 1 - g and W - g, at column
     c' = j - a' + B - 1 of the two side by side, as a square tile's rows read its two. Returns the scores, the chunk
-    multiplied here (chunk W; in the dense form, a placeholder) and its keys (BLOCK_D, B) (kt in the dense form)."""
+    multiplied here (chunk W; in the dense form, a placeholder), its keys (BLOCK_D, B) (kt in the dense form) and
+    where the row's and the key's segments are the same (HAS_SEG; else a placeholder)."""
     krt_new = kt
     band_new = band_lo
     inside = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]  # the queries' and keys' bounds
@@ -145,15 +156,17 @@ def _tile_scores(
     else:
         pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
         s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
+    same = 0
     if HAS_SEG:
         seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
-        s += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
+        same = seg_q[:, None] == seg_k[None, :]
+        s += tl.where(same, gain[:, None], 0.0)
     visible = inside
     if HAS_MASK:
         visible &= _unmasked(
             BLK, b, offs_m[:, None], offs_n[None, :], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
         )
-    return tl.where(visible, s, float("-inf")), band_new, krt_new
+    return tl.where(visible, s, float("-inf")), band_new, krt_new, same
 
 
 @triton.jit
@@ -379,7 +392,7 @@ def _attn_fwd(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = _below(offs_n, K, EVEN)[None, :] & _below(offs_d, D, EVEN)[:, None]  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, band_new, _ = _tile_scores(
+        s, band_new, _, same = _tile_scores(
             qw,
             qr,
             kt,
@@ -431,8 +444,8 @@ def _attn_fwd(
             band_lo = band_new
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf - 0) = 0
-        p = tl.exp(s - m_use[:, None])
-        alpha = tl.exp(m_i - m_use)
+        p = _exp(s, m_use[:, None])
+        alpha = _exp(m_i, m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(
             VAL + b * sv_b + n * sv_n + offs_n[:, None] * sv_j + offs_d[None, :], mask=tl.trans(kv_ok), other=0.0
@@ -564,7 +577,7 @@ def _attn_bwd_dkdv(
                 visible &= _unmasked(
                     BLK, b, offs_m[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
                 )
-            p = tl.exp(tl.where(visible, s, float("-inf")) - lse[None, :])  # (BLOCK_N, BLOCK_M)
+            p = _exp(tl.where(visible, s, float("-inf")), lse[None, :])  # (BLOCK_N, BLOCK_M)
             dp = tl.dot(v, tl.trans(do), input_precision=PREC)
             if HAS_DROPOUT:
                 kept = _kept(SEED, bn, offs_m[None, :], offs_n[:, None], Q, K, DROP_P)
@@ -589,7 +602,7 @@ def _attn_bwd_dkdv(
             band_lo, band_mid, _, _ = _band_chunks(  # other rows each turn: every chunk
                 qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
             )
-            s, _, _ = _tile_scores(
+            s, _, _, same = _tile_scores(
                 qw,
                 qr,
                 kt,
@@ -635,7 +648,7 @@ def _attn_bwd_dkdv(
                 PREC,
                 EVEN,
             )
-            p = tl.exp(s - lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
+            p = _exp(s, lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
             dp = tl.dot(do, vt, input_precision=PREC)
             if HAS_DROPOUT:
                 kept = _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
@@ -753,7 +766,7 @@ def _attn_bwd_dq(
         kv_ok = _below(offs_n, K, EVEN)[None, :] & _below(offs_d, D, EVEN)[:, None]  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        s, band_new, kr_new = _tile_scores(
+        s, band_new, kr_new, same = _tile_scores(
             qw,
             qr,
             kt,
@@ -799,7 +812,7 @@ def _attn_bwd_dq(
             PREC,
             EVEN,
         )
-        p = tl.exp(s - lse[:, None])
+        p = _exp(s, lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)
         if HAS_DROPOUT:
             dp = dp * _kept(SEED, bn, offs_m[:, None], offs_n[None, :], Q, K, DROP_P)
@@ -829,8 +842,7 @@ def _attn_bwd_dq(
                 mask=_below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :],
             )
         if HAS_SEG:
-            seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
-            dgain += tl.sum(tl.where(seg_q[:, None] == seg_k[None, :], ds, 0.0), 1)
+            dgain += tl.sum(tl.where(same, ds, 0.0), 1)
     if BAND:  # the last tile's chunks past its first
         dqr += tl.dot(carry.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
         last = qlen - (m0 + BLOCK_M - 1) + (tl.cdiv(K, BLOCK_N) - 1) * BLOCK_N  # its chunk 0's first distance
@@ -962,7 +974,7 @@ def _attn_bwd_dkr(
                     False,
                 )
             s = tl.gather(tl.where(visible, qk, float("-inf")), slab_of, 1)  # (BLOCK, BLOCK): row a, distance c
-            p = tl.exp(s + tl.dot(qr, krb, input_precision=PREC) - lse[:, None])  # distances past R: never stored
+            p = _exp(s + tl.dot(qr, krb, input_precision=PREC), lse[:, None])  # distances past R: never stored
             dp = tl.gather(tl.dot(do, vt, input_precision=PREC), slab_of, 1)
             if HAS_DROPOUT:
                 dp = dp * _kept(SEED, b * N + n, offs_m[:, None], j0 + slab_of, Q, K, DROP_P)
@@ -1069,18 +1081,24 @@ def _shifted_scores(qr, kr, qlen, K):
     return full.as_strided((B, N, Q, K), (*full.stride()[:2], width - 1, 1), lead + qlen), full, krp, lead
 
 
-def _launch(kernel, device, dtype):
+def _launch(kernel, device, dtype, band=True):
     """(rows, keys, launch options) of one kernel's tile. dkr's setting None (dq adds dkr up) while deterministic
-    algorithms are on: the dkr kernel at dk/dv's rows and warps, one stage."""
+    algorithms are on: the dkr kernel at dk/dv's rows and warps, one stage. The band (band: the kernel computes the
+    positional term inside) takes square tiles, tiles of twice as many rows as keys (the forward, dk/dv and dq) and,
+    for dk/dv, keys a multiple of the rows; the dense form any tile of powers of two of at least 16 (tl.dot's
+    smallest) rows and keys."""
     table = launch_settings(device, dtype)
     setting = table[kernel] or Launch(table["dk_dv"].tile, table["dk_dv"].warps, 1)
     keys = setting.tile if setting.keys is None else setting.keys
-    halved = kernel != "dkr" and setting.tile == 2 * keys
-    if keys != setting.tile and not halved and not (kernel == "dk_dv" and keys % setting.tile == 0):
-        raise ValueError(
-            f"triton_attention.LAUNCH: {kernel}'s {setting} is not a tile the kernel takes (keys None, half the "
-            "rows for the forward, dk/dv and dq, or a multiple of the rows for dk/dv)"
-        )
+    if band:
+        halved = kernel != "dkr" and setting.tile == 2 * keys
+        taken = keys == setting.tile or halved or (kernel == "dk_dv" and keys % setting.tile == 0)
+        rule = "keys None, half the rows for the forward, dk/dv and dq, or a multiple of the rows for dk/dv"
+    else:
+        taken = all(size >= 16 and size & (size - 1) == 0 for size in (setting.tile, keys))
+        rule = "in the dense form rows and keys powers of two of at least 16"
+    if not taken:
+        raise ValueError(f"triton_attention.LAUNCH: {kernel}'s {setting} is not a tile the kernel takes ({rule})")
     return setting.tile, keys, dict(num_warps=setting.warps, num_stages=setting.stages)
 
 
@@ -1098,7 +1116,7 @@ def _even(Q, K, D, rows, keys):
 def _tiled(kernel, qw, K, flags):
     """(rows, keys, the keyword arguments of a launch of the forward, dk/dv or dq kernel): the tile of the kernel's
     setting, the head size's block, the operands' flags, whether they fill whole tiles and the launch options."""
-    rows, keys, launch = _launch(kernel, qw.device, qw.dtype)
+    rows, keys, launch = _launch(kernel, qw.device, qw.dtype, flags["BAND"])
     _, _, Q, D = qw.shape
     even = _even(Q, K, D, rows, keys)
     return rows, keys, dict(BLOCK_M=rows, BLOCK_N=keys, BLOCK_D=_block_d(D), **flags, EVEN=even, **launch)
@@ -1449,7 +1467,8 @@ def relative_attention(
     if pos is not None:
         pos = pos.to(dtype).contiguous()
     if gain is not None:
-        gain, seg_q, seg_k = gain.float().contiguous(), seg_q.contiguous(), seg_k.contiguous()
+        # the ids as int32: one comparison a score in the kernels, where int64 takes two
+        gain, seg_q, seg_k = (t.contiguous() for t in (gain.float(), seg_q.to(torch.int32), seg_k.to(torch.int32)))
     seed = None
     if dropout_p > 0:
         if B * N * Q * k.shape[2] >= 2**31:

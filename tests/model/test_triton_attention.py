@@ -821,28 +821,43 @@ def test_the_shifted_product_holds_the_band_at_aligned_rows(kr_rows, qlen, extra
     assert pos16.stride(2) % 16 == 0 and pos16.storage_offset() % 8 == 0 and pos16.stride(3) == 1
 
 
+WIDE_TILES = {  # the dense form's tiles the band does not take, at the interpreter's scale: (rows, keys) a kernel
+    "tall_4x": dict(forward=(64, 16), dq=(64, 16), dk_dv=(16, 64)),  # bench_triton_kernels' 32x128/4/3/matmul
+    "rows_4x": dict(forward=(64, 16), dq=(64, 16), dk_dv=(64, 16)),  # 128x32/4/3/matmul
+}
+
+
 @pytest.mark.parametrize(
-    "step, tall",
+    "step, tiles",
     [
-        (dict(seed=5, Q=37, M=6), False),
-        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), False),
-        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), True),
-        (dict(seed=3, Q=35, M=9, qlen=10), False),
+        (dict(seed=5, Q=37, M=6), None),
+        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), None),
+        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), "tall"),
+        (dict(seed=3, Q=35, M=9, qlen=10), None),
+        (dict(seed=5, Q=37, M=6, kr_rows=B, dropout=0.1), "tall_4x"),
+        (dict(seed=3, Q=35, M=9, qlen=10), "rows_4x"),
     ],
 )
-def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, step, tall):
+def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, step, tiles):
     """POSITIONAL "matmul": the content stream's positional term as one product of qr and kr that the dense form's
     kernels read shifted (no band, no dkr kernel; dq writes the scores' gradient into the product's layout, two
     matmuls take it back to qr and kr) gives the band's output and every gradient, over partial tiles, every term on,
     distances past R or below 0, positional keys shared or per row, dropout drawn alike; also with the forward and dq
     at 32 rows by 16 keys and dk/dv at 16 rows by 32 held keys by rows (bench_triton_kernels' 32x64/4/3/matmul,
-    scaled). A form the kernels do not take is refused by name."""
+    scaled), and at tiles of four times as many rows as keys or keys as rows, which only the dense form takes (the
+    band refuses them in one line). A form the kernels do not take is refused by name."""
     from xlnet_lite import triton_attention as ta
 
     run = banded_step(**step)
     reference = run()
-    if tall:
+    if tiles == "tall":
         tall_tiles(monkeypatch)
+    elif tiles:
+        interpreter = ta.launch_settings(torch.device("cpu"), torch.float32)
+        for kernel, (rows, keys) in WIDE_TILES[tiles].items():
+            monkeypatch.setitem(interpreter, kernel, ta.Launch(rows, 1, 1, keys=keys))
+        with pytest.raises(ValueError, match="forward's Launch.* is not a tile the kernel takes"):
+            run()  # the band
     launched = []
     logged_launches(monkeypatch, launched, "BAND")
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul")
@@ -855,6 +870,30 @@ def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, ste
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", "dense")
     with pytest.raises(ValueError, match="POSITIONAL: 'dense' is not a form"):
         run()
+
+
+def test_kernel_settings_by_the_positional_terms_form():
+    """bench_triton_kernels' settings: with /matmul any powers of two of rows and keys (the dense form's kernels take
+    them), more keys than rows read as for KEYS = 2 ROWS (dk/dv held keys by rows, the forward and dq at KEYS rows by
+    ROWS keys), else every kernel at ROWS by KEYS; the band's settings keep their tiles (KEYS, twice or half)."""
+    from benchmarks.bench_triton_kernels import parse_setting
+    from xlnet_lite.triton_attention import Launch
+
+    tall, wide = Launch(128, 4, 3, keys=32), Launch(32, 4, 3, keys=128)
+    assert parse_setting("32x128/4/3/matmul") == dict(forward=tall, dk_dv=wide, dq=tall, dkr=Launch(32, 4, 3))
+    assert parse_setting("128x32/4/3/matmul") == dict(forward=tall, dk_dv=tall, dq=tall, dkr=Launch(32, 4, 3))
+    assert parse_setting("64x32/8/2") == {
+        **dict.fromkeys(("forward", "dk_dv", "dq"), Launch(64, 8, 2, keys=32)),
+        "dkr": Launch(32, 8, 2),
+    }
+    for bad, message in [
+        ("128x32/4/3", "any powers of two with /matmul"),
+        ("32x128/4/3/atomic", "any powers of two with /matmul"),
+        ("48x16/4/3/matmul", "powers of two of at least 16"),
+        ("64x8/4/3/matmul", "powers of two of at least 16"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_setting(bad)
 
 
 @pytest.mark.parametrize(
