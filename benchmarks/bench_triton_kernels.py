@@ -22,11 +22,12 @@ to --out as it ends, so a run stopped by a time limit keeps the rows before):
   alone, so one row gives each kernel's time at the setting; dkr's tile is KEYS distances; with KEYS = 2 ROWS, dk/dv
   at ROWS rows by KEYS keys, held keys by rows, the forward and dq at KEYS rows by ROWS keys, dkr at ROWS; /atomic:
   no dkr kernel, dq adding dkr up, so compare its total; /matmul: the positional term by one matmul, so compare its
-  step; "fastest" leaves both out); a setting the device cannot compile or launch, such as one past its shared
-  memory, is named with its error in the JSON's "refused". The default list, in order of promise (benchmarks/
-  RESULTS.md, GPU): the positional term by one matmul at the tiles with the fewest instructions a block of scores,
-  then tiles of 16 rows a warp, each warp whole rows of the scores (64 rows by 32 keys at 4 warps: on an H100
-  warpgroup MMA), then the square tiles around the default;
+  step, and ROWS and KEYS any powers of two, more keys than rows read as KEYS = 2 ROWS; "fastest" leaves both out);
+  a setting the device cannot compile or launch, such as one past its shared memory, is named with its error in the
+  JSON's "refused". The default list, in order of promise (benchmarks/RESULTS.md, GPU): the positional term by one
+  matmul at the tiles with the fewest instructions a block of scores (64 x 64 at 4 warps, 128 x 64 at 8), then
+  tiles of 16 rows a warp, each warp whole rows of the scores (64 rows by 32 keys at 4 warps: on an H100 warpgroup
+  MMA), then the square tiles around the default;
 - the other --variants at the defaults, where the time goes: the mask as the (B, Q, K) block (as a compiled model
   passes it), the positional term dense (the (B, N, Q, K) shifted scores made contiguous by the caller and read, as
   the query stream's, instead of the band computed inside), no mask, no segments, dropout 0.1.
@@ -55,6 +56,7 @@ KERNELS = {"_attn_fwd": "forward", "_attn_bwd_dkdv": "dk_dv", "_attn_bwd_dq": "d
 VARIANTS = ("dkr_atomic", "matmul", "block", "dense", "nomask", "noseg", "dropout")
 SETTINGS = (
     "64x64/4/3/matmul",
+    "128x64/8/3/matmul",
     "32x64/4/3/matmul",
     "64x32/4/3",
     "64x32/4/3/atomic",

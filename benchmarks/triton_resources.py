@@ -8,7 +8,8 @@ needs (Triton refuses to launch past the device's limit: 227 KiB a block on an H
 on sm_86/89), the registers per thread and the bytes spilled to local memory; and, from the machine code (cuobjdump,
 shipped with Triton), what one warp executes in the kernel's innermost loop, one tile of scores a turn: its
 instructions, how many are tensor-core matrix multiplies (HMMA, or HGMMA where Triton uses Hopper's warpgroup MMA),
-and how many move data (shuffles between threads, shared-memory loads and stores, barriers, global loads, local memory).
+and how many move data (shuffles between threads, shared-memory loads and stores, barriers, global loads, local memory);
+and whether ptxas issues the warpgroup MMAs synchronously, each waited for before the next ("serial": its info C7515).
 
     python -m benchmarks.triton_resources [--arch 90] [--tiles 64 32] [--keys square half double] [--warps 4 8]
                                           [--stages 1 2 3] [--dtypes bf16 fp32]
@@ -145,7 +146,8 @@ def compile_launch(kernel, args, kwargs, arch):
 
 
 def ptxas(ptx, arch):
-    """Registers and spill bytes per thread, by `ptxas -v` on the PTX."""
+    """Registers and spill bytes per thread, by `ptxas -v` on the PTX, and why ptxas issues the kernel's warpgroup MMAs
+    synchronously (each waited for before the next), where it does."""
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
@@ -159,10 +161,12 @@ def ptxas(ptx, arch):
     os.unlink(f.name)
     text = out.stdout + out.stderr
     number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, text)) else None  # noqa: E731
+    serialized = re.search(r"wgmma.mma_async instructions are serialized due to (.*?) in the function", text)
     return dict(
         registers=number(r"Used (\d+) registers"),
         spill_stores=number(r"(\d+) bytes spill stores"),
         spill_loads=number(r"(\d+) bytes spill loads"),
+        wgmma_serialized=serialized.group(1) if serialized else None,  # ptxas' reason (its info C7515), or None
         ptxas_returncode=out.returncode,
     )
 
@@ -283,7 +287,7 @@ def main(argv=None):
     print(
         f"{'dtype':<5} {'stream':<7} {'kernel':<8} {'variant':<14} {'tile':>6} {'warps':>5} {'stages':>6} "
         f"{'shared KiB':>10} {'fits':>5} {'regs':>5} {'spill st':>8} {'spill ld':>8} | loop: {'instr':>5} "
-        f"{'mma':>4} {'shfl':>4} {'smem':>4} {'bar':>4} {'ldg':>4} {'local':>5} | warps (rows x keys)"
+        f"{'mma':>4} {'shfl':>4} {'smem':>4} {'bar':>4} {'ldg':>4} {'local':>5} | serial | warps (rows x keys)"
     )
 
     def launch_tables(dtype):
@@ -327,7 +331,8 @@ def main(argv=None):
                         f"{row['shared_bytes'] / 1024:10.1f} {str(row['fits']):>5} {row['registers']!s:>5} "
                         f"{row['spill_stores']!s:>8} {row['spill_loads']!s:>8} |       {loop['instructions']:>5} "
                         f"{loop['mma']:>4} {loop['shuffles']:>4} {loop['shared']:>4} {loop['barriers']:>4} "
-                        f"{loop['global_loads']:>4} {loop['spills']:>5} | {', '.join(row['mma_layouts'])}",
+                        f"{loop['global_loads']:>4} {loop['spills']:>5} | "
+                        f"{'yes' if row['wgmma_serialized'] else 'no':>6} | {', '.join(row['mma_layouts'])}",
                         flush=True,
                     )
     command = "python -m benchmarks.triton_resources " + " ".join(sys.argv[1:] if argv is None else argv)

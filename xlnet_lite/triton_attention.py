@@ -68,6 +68,16 @@ def _exp(s, m):
 
 
 @triton.jit
+def _nonempty(Q, K):
+    """Tell the compiler that the loops over queries and keys run at least once (the operator launches no kernel for
+    no queries or no keys). Otherwise a loop's exit path for none of them sets the accumulators of its last
+    warpgroup MMAs (their wait deferred past the loop), and ptxas, seeing that, issues every warpgroup MMA of the
+    kernel synchronously, each waited for before the next (its info C7515)."""
+    tl.assume(Q > 0)
+    tl.assume(K > 0)
+
+
+@triton.jit
 def _below(offs, n, EVEN: tl.constexpr):
     """offs < n, elementwise; all true, with no comparison made, where the operands fill whole tiles (EVEN: Q and K
     multiples of the tile's rows and keys, D its BLOCK_D), so that the masks fold away."""
@@ -375,6 +385,7 @@ def _attn_fwd(
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
 ):
+    _nonempty(Q, K)
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
@@ -533,6 +544,7 @@ def _attn_bwd_dkdv(
     (m0 + BLOCK_M - 1) + n0): the keys at distances base.. and base + BLOCK_M.. times qr give two (BLOCK_N, BLOCK_M)
     products that hold every distance of the tile; each score reads one of them at row j - a + BLOCK_M - 1 (or that
     less BLOCK_M)."""
+    _nonempty(Q, K)
     pid_n, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     n0 = pid_n * BLOCK_N
@@ -735,6 +747,7 @@ def _attn_bwd_dq(
     positional scores' gradient DPOS too. The banded form's dkr is _attn_bwd_dkr's, or with DKR_ATOMIC added here
     into DKR (kr_rows, N, R, D) fp32 (zeros before) by atomic adds: for each distance, the score gradient's two parts
     (as for dqr) times qr."""
+    _nonempty(Q, K)
     pid_m, bn = tl.program_id(0), tl.program_id(1)
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
@@ -1456,8 +1469,8 @@ def relative_attention(
             "Triton's interpreter (set TRITON_INTERPRET=1 before the first use; slow, for checking)"
         )
     B, N, Q, D = qw.shape
-    if Q == 0:  # no query rows (an empty target_mapping): nothing to launch
-        return qw.new_zeros(B, 0, N, D)
+    if Q == 0 or k.shape[2] == 0:  # no query rows (an empty target_mapping) or no keys: nothing to launch (the
+        return qw.new_zeros(B, Q, N, D)  # kernels assume both; a row with no key is 0)
     dtype = qw.dtype
     k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k.to(dtype), v.to(dtype)))
     qw = qw.contiguous()

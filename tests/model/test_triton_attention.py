@@ -308,6 +308,20 @@ def test_refuses_other_models_and_a_cpu_without_the_interpreter(monkeypatch):
             relative_attention(x, x, x, pos=torch.zeros(1, 1, 4, 4), qlen=4)
 
 
+def test_no_queries_or_no_keys_launch_nothing(monkeypatch):
+    """With no query rows or no keys the operator launches no kernel (the kernels assume both, so that their loops run
+    at least once) and gives rows of zeros, as for a row whose every key is blocked: (B, Q, N, D)."""
+
+    launched = []
+    logged_launches(monkeypatch, launched, "BAND")
+    batch, N, D = 2, 3, 16
+    for Q, K in ((0, 5), (4, 0), (0, 0)):
+        qw, k = torch.randn(batch, N, Q, D), torch.randn(batch, N, K, D)
+        out = relative_attention(qw, k, k, pos=torch.randn(batch, N, Q, K), qlen=Q)
+        assert out.shape == (batch, Q, N, D) and not out.any()
+    assert launched == []
+
+
 def test_dropout_inside_the_kernels_is_one_mask_forward_and_backward():
     """With dropout 0.1 the kernels drop each probability with that chance (after the softmax, the kept ones scaled
     by 1 / 0.9), and the backward kernels redraw the same mask: read back through values that are the identity, the
@@ -980,6 +994,39 @@ def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
         # each tensor-core layout shares its tiles among the kernel's warps ("v2 1x4": four side by side)
         layouts = [re.fullmatch(r"v([23]) (\d+)x(\d+)", layout) for layout in row["mma_layouts"]]
         assert layouts and all(m and int(m[2]) * int(m[3]) == row["warps"] for m in layouts), row
+
+
+def test_warpgroup_mmas_are_issued_asynchronously_at_64_row_tiles(tmp_path):
+    """At 64 rows a tile (the positional term by one matmul, 64 x 64, 4 warps) Triton lays each kernel's products out
+    as Hopper's warpgroup MMAs; compiled for sm_90 here (benchmarks/triton_resources.py), ptxas issues them
+    asynchronously in the forward, dk/dv and dq, both streams, with nothing spilled: no kernel's loop has an exit
+    path that sets an MMA's accumulators while it may run (which would have ptxas wait for each MMA before the next:
+    its info C7515, which triton_resources reports)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "resources.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    command = ["-m", "benchmarks.triton_resources", "--dtypes", "bf16", "--settings", "64x64/4/3/matmul"]
+    subprocess.run(
+        [sys.executable, *command, "--out", str(out)],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted((r["stream"], r["kernel"]) for r in rows) == sorted(
+        (stream, kernel) for stream in ("content", "query") for kernel in ("forward", "dk_dv", "dq")
+    )
+    for row in rows:
+        assert row["variant"] == "matmul" and (row["tile"], row["keys"], row["warps"]) == (64, 64, 4), row
+        assert row["mma_layouts"] == ["v3 4x1"] and row["loop"]["mma"] > 0, row
+        assert row["wgmma_serialized"] is None and row["ptxas_returncode"] == 0, row
+        assert row["spill_stores"] == 0 and row["fits"], row
 
 
 @pytest.mark.slow
