@@ -27,7 +27,8 @@ index) comes in one of two forms:
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
 Where the queries and keys fill whole tiles and the head size is a power of two (`base`'s shapes), the forward, dk/dv
-and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions.
+and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions,
+and the dense form loads each tile's positional scores a turn of the loop ahead, hiding the load's latency.
 
 Inputs are projected and biased by the caller (autograd takes the biases' gradients), so the kernels see plain
 tensors. Dropout on the probabilities is drawn inside (Philox, from a seed and each score's index, so the backward
@@ -87,6 +88,15 @@ def _below(offs, n, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _ahead(tile_ptrs, offset, AHEAD: tl.constexpr):
+    """The dense form's positional scores of a tile `offset` elements on from tile_ptrs (its pointers), loaded a turn of
+    the loop before their use, so that the load's latency passes while the turn before runs; unless AHEAD a
+    placeholder (_tile_scores loads the tile where it is used). The caller keeps the offset inside the operand (whole
+    tiles: the last turn loads its own tile again)."""
+    return tl.load(tile_ptrs + offset) if AHEAD else tl.zeros([1], tl.int8)
+
+
+@triton.jit
 def _tile_scores(
     qw,
     qr,
@@ -132,6 +142,8 @@ def _tile_scores(
     RANKED: tl.constexpr,
     PREC: tl.constexpr,
     EVEN: tl.constexpr,
+    pos_tile,
+    AHEAD: tl.constexpr,
 ):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
     the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed.
@@ -143,7 +155,8 @@ def _tile_scores(
     1). Rows a of the tile's row group g = a // B (row a' = a % B in it) read chunks W - 1 - g and W - g, at column
     c' = j - a' + B - 1 of the two side by side, as a square tile's rows read its two. Returns the scores, the chunk
     multiplied here (chunk W; in the dense form, a placeholder), its keys (BLOCK_D, B) (kt in the dense form) and
-    where the row's and the key's segments are the same (HAS_SEG; else a placeholder)."""
+    where the row's and the key's segments are the same (HAS_SEG; else a placeholder). pos_tile: the dense form's
+    positional scores of the tile as the caller loaded them ahead (_ahead) where AHEAD, else loaded here."""
     krt_new = kt
     band_new = band_lo
     inside = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]  # the queries' and keys' bounds
@@ -164,8 +177,10 @@ def _tile_scores(
             c < BLOCK_N, tl.gather(lo, tl.minimum(c, BLOCK_N - 1), 1), tl.gather(hi, tl.maximum(c - BLOCK_N, 0), 1)
         )
     else:
-        pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
-        s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
+        if not AHEAD:
+            pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
+            pos_tile = tl.load(pos, mask=inside, other=0.0)
+        s += pos_tile.to(tl.float32)
     same = 0
     if HAS_SEG:
         seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
@@ -399,10 +414,14 @@ def _attn_fwd(
     band_lo, band_mid, _, _ = _band_chunks(  # tiles of 2B rows carry two chunks along the keys, square ones one
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
+    AHEAD: tl.constexpr = EVEN and not BAND
+    pos_tile = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + tl.arange(0, BLOCK_N)[None, :] * sp_j  # keys 0..
+    pos_next = _ahead(pos_tile, 0, AHEAD)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = _below(offs_n, K, EVEN)[None, :] & _below(offs_d, D, EVEN)[:, None]  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        pos_cur, pos_next = pos_next, _ahead(pos_tile, tl.minimum(n0 + BLOCK_N, K - BLOCK_N) * sp_j, AHEAD)
         s, band_new, _, same = _tile_scores(
             qw,
             qr,
@@ -448,6 +467,8 @@ def _attn_fwd(
             RANKED,
             PREC,
             EVEN,
+            pos_cur,
+            AHEAD,
         )
         if BLOCK_M > BLOCK_N:  # the next tile's chunks 0 and 1: this one's 1 and 2
             band_lo, band_mid = band_mid, band_new
@@ -605,8 +626,12 @@ def _attn_bwd_dkdv(
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        AHEAD: tl.constexpr = EVEN and not BAND
+        pos_tile = POS + b * sp_b + n * sp_n + tl.arange(0, BLOCK_M)[:, None] * sp_m + offs_n[None, :] * sp_j  # row 0..
+        pos_next = _ahead(pos_tile, 0, AHEAD)
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
+            pos_cur, pos_next = pos_next, _ahead(pos_tile, tl.minimum(m0 + BLOCK_M, Q - BLOCK_M) * sp_m, AHEAD)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
                 QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
@@ -659,6 +684,8 @@ def _attn_bwd_dkdv(
                 RANKED,
                 PREC,
                 EVEN,
+                pos_cur,
+                AHEAD,
             )
             p = _exp(s, lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
             dp = tl.dot(do, vt, input_precision=PREC)
@@ -774,11 +801,15 @@ def _attn_bwd_dq(
     carry = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # dS's parts at the next tile's chunk 0 so far
     carry_mid = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # and at its chunk 1 (2B rows)
     dkr_row = b % kr_rows * N + n  # DKR's (kr_rows, N) row of this head (DKR_ATOMIC)
+    AHEAD: tl.constexpr = EVEN and not BAND
+    pos_tile = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + tl.arange(0, BLOCK_N)[None, :] * sp_j  # keys 0..
+    pos_next = _ahead(pos_tile, 0, AHEAD)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = _below(offs_n, K, EVEN)[None, :] & _below(offs_d, D, EVEN)[:, None]  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
+        pos_cur, pos_next = pos_next, _ahead(pos_tile, tl.minimum(n0 + BLOCK_N, K - BLOCK_N) * sp_j, AHEAD)
         s, band_new, kr_new, same = _tile_scores(
             qw,
             qr,
@@ -824,6 +855,8 @@ def _attn_bwd_dq(
             RANKED,
             PREC,
             EVEN,
+            pos_cur,
+            AHEAD,
         )
         p = _exp(s, lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)

@@ -693,10 +693,11 @@ def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0
 )
 def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step, form, tall):
     """Queries and keys multiples of every tile and a head size of 16 (its own block): the forward, dk/dv and dq
-    launch with EVEN (no bounds checked in their loops; the dkr kernel checks its own) and give exactly the output and
-    every gradient of the same launches with the bounds checked; the mask as a block or as ranks, the positional term
-    as the band or one matmul's product, square tiles or tall ones with dk/dv held keys by rows, dropout drawn alike.
-    Shapes that are not whole tiles launch with EVEN off."""
+    launch with EVEN (no bounds checked in their loops, and the dense form's positional scores loaded a turn ahead;
+    the dkr kernel checks its own) and give exactly the output and every gradient of the same launches with the bounds
+    checked; the mask as a block or as ranks, the positional term as the band or one matmul's product, square tiles or
+    tall ones with dk/dv held keys by rows, dropout drawn alike. Shapes that are not whole tiles launch with EVEN
+    off."""
     from xlnet_lite import triton_attention as ta
 
     launched = []
