@@ -948,40 +948,38 @@ def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout,
 
 
 @pytest.mark.slow
-def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
-    """benchmarks/triton_resources.py compiles for sm_90 here (no GPU needed) the launches of a training step at the
-    CUDA defaults in bf16, both streams, as pretraining makes them (the masks as ranks, dropout 0): each fits an H100's
-    shared memory and spills at most a few hundred bytes a thread to local memory (64-row tiles spill 1,200-3,400),
-    and the machine code's innermost loop holds the tensor-core MMAs, laid out over the launch's warps; so a change
-    that raises register pressure far past the limit fails here before it reaches a GPU."""
+def compiled_for_sm90(tmp_path, *arguments):
+    """The rows of benchmarks/triton_resources.py run in bf16 with these arguments: a training step's launches compiled
+    for sm_90 on this machine (no GPU needed; Triton compiling, not interpreting)."""
     import json
     import os
-    import re
     import subprocess
     import sys
-
-    from xlnet_lite import triton_attention
 
     out = tmp_path / "resources.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.triton_resources",
-            "--dtypes",
-            "bf16",
-            "--defaults",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "benchmarks.triton_resources", "--dtypes", "bf16", *arguments, "--out", str(out)],
         check=True,
         env=env,
         capture_output=True,
         timeout=600,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
-    rows = json.loads(out.read_text())["rows"]
+    return json.loads(out.read_text())["rows"]
+
+
+def test_the_cuda_defaults_compile_for_an_h100_without_spills(tmp_path):
+    """benchmarks/triton_resources.py compiles for sm_90 here (no GPU needed) the launches of a training step at the
+    CUDA defaults in bf16, both streams, as pretraining makes them (the masks as ranks, dropout 0): each fits an H100's
+    shared memory and spills at most a few hundred bytes a thread to local memory (64-row tiles spill 1,200-3,400),
+    and the machine code's innermost loop holds the tensor-core MMAs, laid out over the launch's warps; so a change
+    that raises register pressure far past the limit fails here before it reaches a GPU."""
+    import re
+
+    from xlnet_lite import triton_attention
+
+    rows = compiled_for_sm90(tmp_path, "--defaults")
     kernels = {("content", k) for k in ("forward", "dk_dv", "dq", "dkr")} | {
         ("query", k) for k in ("forward", "dk_dv", "dq")
     }
@@ -1003,23 +1001,7 @@ def test_warpgroup_mmas_are_issued_asynchronously_at_64_row_tiles(tmp_path):
     asynchronously in the forward, dk/dv and dq, both streams, with nothing spilled: no kernel's loop has an exit
     path that sets an MMA's accumulators while it may run (which would have ptxas wait for each MMA before the next:
     its info C7515, which triton_resources reports)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    out = tmp_path / "resources.json"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    command = ["-m", "benchmarks.triton_resources", "--dtypes", "bf16", "--settings", "64x64/4/3/matmul"]
-    subprocess.run(
-        [sys.executable, *command, "--out", str(out)],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=600,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    rows = json.loads(out.read_text())["rows"]
+    rows = compiled_for_sm90(tmp_path, "--settings", "64x64/4/3/matmul")
     assert sorted((r["stream"], r["kernel"]) for r in rows) == sorted(
         (stream, kernel) for stream in ("content", "query") for kernel in ("forward", "dk_dv", "dq")
     )
