@@ -316,7 +316,16 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
             assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("change", ["dkr_atomic", "tiles_64x32", "dk_dv_keys_major", "positional_matmul_64x64"])
+OTHER_SETTINGS = (
+    "dkr_atomic",
+    "tiles_64x32",
+    "dk_dv_keys_major",
+    "positional_matmul_64x64",
+    "positional_matmul_whole_tiles",
+)
+
+
+@pytest.mark.parametrize("change", OTHER_SETTINGS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtype, change, monkeypatch):
     """Compiled at `base`'s head size over several tiles and distance blocks, every term on, positional keys shared by
@@ -325,11 +334,12 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     atomic adds), with the forward, dk/dv and dq at tiles of 64 rows by 32 keys (two chunks of distances carried
     along the keys; warpgroup MMA on an H100), with dk/dv at 32 rows by 64 keys held keys by rows, and with the
     positional term as one matmul's product read shifted (POSITIONAL "matmul", bf16 rounding that product as the SDPA
-    path does) at 64 x 64 tiles."""
+    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked, the positional
+    scores loaded a turn ahead)."""
     from xlnet_lite import triton_attention as ta
 
     gen, rand = seeded(2, dtype)
-    batch, N, Q, M, D = BASE_HEAD
+    batch, N, Q, M, D = (2, 2, 128, 64, 64) if change == "positional_matmul_whole_tiles" else BASE_HEAD
     K = Q + M
 
     qw, qr = rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5)
@@ -349,7 +359,7 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     else:
         changed = {kernel: ta.Launch(64, 4, default[kernel].stages) for kernel in ("forward", "dk_dv", "dq")}
     where = ta._where(torch.device(CUDA), dtype)
-    form = "matmul" if change == "positional_matmul_64x64" else "band"
+    form = "matmul" if change.startswith("positional_matmul") else "band"
     for kr in (rand(1, N, D, Q + K), rand(batch, N, D, Q + K)):
         inputs = (qw, qr, k, v, kr, gain)
         results = []
