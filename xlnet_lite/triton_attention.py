@@ -21,8 +21,9 @@ index) comes in one of two forms:
   block of queries (no atomics), or, with dkr's launch setting None, dq adds dkr up by atomic adds (the sum's order,
   and so its last bits, then vary from run to run; not while torch.use_deterministic_algorithms is on). No (Q, K) or
   (Q, R) tensor is written, forward or backward. Or, with POSITIONAL "matmul", the operator makes qr kr^T by one
-  matmul and the kernels read it shifted, by strides, in the dense form below (no band, no dkr kernel), the
-  gradient written into the product's layout and taken to qr and kr by two more matmuls.
+  batched matmul, each block of query rows times the window of distances its rows read, and the kernels read it
+  shifted, by strides, in the dense form below (no band, no dkr kernel), the gradient written into the product's
+  layout and taken to qr and kr by two more matmuls.
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
@@ -52,7 +53,7 @@ except ImportError as error:
         "CPU `pip install triton` runs the kernels in its interpreter)"
     ) from error
 
-from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks, positional_scores
+from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks
 
 # ----------------------------------------------------------------------------------------------------------
 # Kernels
@@ -85,6 +86,15 @@ def _below(offs, n, EVEN: tl.constexpr):
     if EVEN:
         return tl.full(offs.shape, 1, tl.int1)
     return offs < n
+
+
+@triton.jit
+def _pos_rows(rows, sp_m, sp_blk, POS_ROWS: tl.constexpr):
+    """Where these rows start in the dense form's positional scores: sp_m apart, and sp_blk more for each POS_ROWS
+    rows (the positional product's windows, POSITIONAL "matmul"); POS_ROWS 0: rows sp_m apart (the caller's scores)."""
+    if POS_ROWS:
+        return rows * sp_m + (rows // POS_ROWS) * sp_blk
+    return rows * sp_m
 
 
 @triton.jit
@@ -124,6 +134,7 @@ def _tile_scores(
     sp_n,
     sp_m,
     sp_j,
+    sp_blk,
     ssk_b,
     sbk_b,
     sbk_m,
@@ -144,6 +155,7 @@ def _tile_scores(
     EVEN: tl.constexpr,
     pos_tile,
     AHEAD: tl.constexpr,
+    POS_ROWS: tl.constexpr,
 ):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
     the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed.
@@ -178,7 +190,9 @@ def _tile_scores(
         )
     else:
         if not AHEAD:
-            pos = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j
+            pos = (
+                POS + b * sp_b + n * sp_n + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None] + offs_n[None, :] * sp_j
+            )
             pos_tile = tl.load(pos, mask=inside, other=0.0)
         s += pos_tile.to(tl.float32)
     same = 0
@@ -373,6 +387,7 @@ def _attn_fwd(
     sp_n,
     sp_m,
     sp_j,
+    sp_blk,
     ssq_b,
     ssk_b,
     sbk_b,
@@ -399,6 +414,7 @@ def _attn_fwd(
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
+    POS_ROWS: tl.constexpr,
 ):
     _nonempty(Q, K)
     pid_m, bn = tl.program_id(0), tl.program_id(1)
@@ -415,7 +431,8 @@ def _attn_fwd(
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
     AHEAD: tl.constexpr = EVEN and not BAND
-    pos_tile = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + tl.arange(0, BLOCK_N)[None, :] * sp_j  # keys 0..
+    pos_tile = POS + b * sp_b + n * sp_n + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None]  # its rows, keys 0..
+    pos_tile += tl.arange(0, BLOCK_N)[None, :] * sp_j
     pos_next = _ahead(pos_tile, 0, AHEAD)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -449,6 +466,7 @@ def _attn_fwd(
             sp_n,
             sp_m,
             sp_j,
+            sp_blk,
             ssk_b,
             sbk_b,
             sbk_m,
@@ -469,6 +487,7 @@ def _attn_fwd(
             EVEN,
             pos_cur,
             AHEAD,
+            POS_ROWS,
         )
         if BLOCK_M > BLOCK_N:  # the next tile's chunks 0 and 1: this one's 1 and 2
             band_lo, band_mid = band_mid, band_new
@@ -530,6 +549,7 @@ def _attn_bwd_dkdv(
     sp_n,
     sp_m,
     sp_j,
+    sp_blk,
     ssq_b,
     ssk_b,
     sbk_b,
@@ -556,6 +576,7 @@ def _attn_bwd_dkdv(
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
+    POS_ROWS: tl.constexpr,
 ):
     """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous.
 
@@ -601,7 +622,13 @@ def _attn_bwd_dkdv(
                     tl.gather(hi, tl.maximum(row_of - BLOCK_M, 0), 0),
                 )
             else:
-                pos = POS + b * sp_b + n * sp_n + offs_m[None, :] * sp_m + offs_n[:, None] * sp_j
+                pos = (
+                    POS
+                    + b * sp_b
+                    + n * sp_n
+                    + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[None, :]
+                    + offs_n[:, None] * sp_j
+                )
                 s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
             if HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
@@ -627,11 +654,21 @@ def _attn_bwd_dkdv(
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         AHEAD: tl.constexpr = EVEN and not BAND
-        pos_tile = POS + b * sp_b + n * sp_n + tl.arange(0, BLOCK_M)[:, None] * sp_m + offs_n[None, :] * sp_j  # row 0..
-        pos_next = _ahead(pos_tile, 0, AHEAD)
+        # the block's keys at rows 0..; where a tile's rows sit in one window of the product (or no windows), the next
+        # tile is a scalar offset on, else each row's own
+        WHOLE: tl.constexpr = POS_ROWS % BLOCK_M == 0
+        pos_rows0 = _pos_rows(tl.arange(0, BLOCK_M), sp_m, sp_blk, POS_ROWS)[:, None]
+        pos_keys = POS + b * sp_b + n * sp_n + offs_n[None, :] * sp_j
+        pos_next = _ahead(pos_keys + pos_rows0, 0, AHEAD)
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
-            pos_cur, pos_next = pos_next, _ahead(pos_tile, tl.minimum(m0 + BLOCK_M, Q - BLOCK_M) * sp_m, AHEAD)
+            first_next = tl.minimum(m0 + BLOCK_M, Q - BLOCK_M)
+            pos_cur = pos_next
+            if WHOLE:
+                pos_next = _ahead(pos_keys + pos_rows0, _pos_rows(first_next, sp_m, sp_blk, POS_ROWS), AHEAD)
+            else:
+                rows_next = first_next + tl.arange(0, BLOCK_M)
+                pos_next = _ahead(pos_keys + _pos_rows(rows_next, sp_m, sp_blk, POS_ROWS)[:, None], 0, AHEAD)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
                 QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
@@ -666,6 +703,7 @@ def _attn_bwd_dkdv(
                 sp_n,
                 sp_m,
                 sp_j,
+                sp_blk,
                 ssk_b,
                 sbk_b,
                 sbk_m,
@@ -686,6 +724,7 @@ def _attn_bwd_dkdv(
                 EVEN,
                 pos_cur,
                 AHEAD,
+                POS_ROWS,
             )
             p = _exp(s, lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
             dp = tl.dot(do, vt, input_precision=PREC)
@@ -741,6 +780,7 @@ def _attn_bwd_dq(
     sp_n,
     sp_m,
     sp_j,
+    sp_blk,
     ssq_b,
     ssk_b,
     sbk_b,
@@ -769,6 +809,7 @@ def _attn_bwd_dq(
     HAS_DROPOUT: tl.constexpr,
     DKR_ATOMIC: tl.constexpr,
     EVEN: tl.constexpr,
+    POS_ROWS: tl.constexpr,
 ):
     """dqw, dqr, dgain of one block of queries over every block of keys; in the dense form the (B, N, Q, K)
     positional scores' gradient DPOS too. The banded form's dkr is _attn_bwd_dkr's, or with DKR_ATOMIC added here
@@ -802,7 +843,8 @@ def _attn_bwd_dq(
     carry_mid = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # and at its chunk 1 (2B rows)
     dkr_row = b % kr_rows * N + n  # DKR's (kr_rows, N) row of this head (DKR_ATOMIC)
     AHEAD: tl.constexpr = EVEN and not BAND
-    pos_tile = POS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + tl.arange(0, BLOCK_N)[None, :] * sp_j  # keys 0..
+    pos_tile = POS + b * sp_b + n * sp_n + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None]  # its rows, keys 0..
+    pos_tile += tl.arange(0, BLOCK_N)[None, :] * sp_j
     pos_next = _ahead(pos_tile, 0, AHEAD)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -837,6 +879,7 @@ def _attn_bwd_dq(
             sp_n,
             sp_m,
             sp_j,
+            sp_blk,
             ssk_b,
             sbk_b,
             sbk_m,
@@ -857,6 +900,7 @@ def _attn_bwd_dq(
             EVEN,
             pos_cur,
             AHEAD,
+            POS_ROWS,
         )
         p = _exp(s, lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)
@@ -883,7 +927,11 @@ def _attn_bwd_dq(
                 band_lo, kr_lo = band_new, kr_new
         else:
             tl.store(  # in the scores' layout: (B, N, Q, K), or the matmul's product read shifted
-                DPOS + b * sp_b + n * sp_n + offs_m[:, None] * sp_m + offs_n[None, :] * sp_j,
+                DPOS
+                + b * sp_b
+                + n * sp_n
+                + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None]
+                + offs_n[None, :] * sp_j,
                 ds.to(DPOS.dtype.element_ty),
                 mask=_below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :],
             )
@@ -1076,13 +1124,14 @@ LAUNCH = {
 
 
 # How the content stream's positional term reaches the kernels, by where they run (LAUNCH's keys): "band", computed
-# inside them a tile at a time from qr and kr (no (Q, K) or (Q, R) tensor); or "matmul", qr times kr by one torch
-# matmul (cuBLAS on a GPU), a (B, N, Q, W) product (W: R or qlen + K, the more, padded: W - 1 a multiple of 16)
-# which the forward, dk/dv and dq kernels read shifted, by strides, as the query stream's scores (the dense form: no
-# band to gather, no dkr kernel); dq writes its gradient in the same shifted layout and two matmuls give dqr's and
-# dkr's parts. The product lives only inside the operator (made in the forward, made again in the backward): its
-# B * N * Q * W values in the inputs' dtype at a time, twice in the backward (its gradient), where the band keeps
-# none. It is rounded to the inputs' dtype, as the SDPA path's bias is; the band adds the positional scores in fp32.
+# inside them a tile at a time from qr and kr (no (Q, K) or (Q, R) tensor); or "matmul", qr times kr by one batched
+# torch matmul (cuBLAS on a GPU), each WINDOW_ROWS query rows times the K + WINDOW_ROWS distances they read
+# (_positional_windows: about B * N * Q * (K + 65) values, where one product of every row with every distance would
+# hold qlen + K a row), which the forward, dk/dv and dq kernels read shifted, by strides, as the query stream's
+# scores (the dense form: no band to gather, no dkr kernel); dq writes its gradient in the same shifted layout and
+# two matmuls give dqr's and dkr's parts. The product lives only inside the operator (made in the forward, made again
+# in the backward), twice in the backward (its gradient), where the band keeps none. It is rounded to the inputs'
+# dtype, as the SDPA path's bias is; the band adds the positional scores in fp32.
 POSITIONAL = {"cuda": "band", "cuda_fp32": "band", "interpreter": "band"}
 
 
@@ -1107,24 +1156,62 @@ def positional_form(device, dtype):
     return form
 
 
-def _shifted_scores(qr, kr, qlen, K):
-    """The banded positional term as one matmul's scores, read shifted: (pos, full, krp, lead). krp is kr between
-    zero columns, `lead` before (no row reads before its own start) and enough after (to distance qlen + K, and rows
-    of a multiple of 16 plus one values); full = qr @ krp (B, N, Q, W), rows contiguous (positional_scores: one
-    (N, B * Q, W) product when kr is shared by the batch); pos (B, N, Q, K) its view with pos[b, n, i, j] = full's
-    row i at column lead + qlen - i + j, i.e. rows W - 1 values apart from lead + qlen on: kr's distance qlen - i + j,
-    0 outside [0, R), as the band reads. Each row of pos starts 16 bytes aligned and its row stride is a multiple of
-    16, so the kernels load it by vectors."""
-    B, N, Q, _ = qr.shape
-    R = kr.shape[-1]
-    lead = max(0, Q - 1 - qlen)
-    lead += -(lead + qlen) % 8
-    width = max(lead + R, lead + qlen + K)
+WINDOW_ROWS = 64  # rows of queries a window of the positional product (POSITIONAL "matmul") serves
+
+
+class _Windows(NamedTuple):
+    """The banded positional term as one batched matmul, window by window (POSITIONAL "matmul"): each block of
+    WINDOW_ROWS query rows times the positional keys at the K + WINDOW_ROWS distances its rows read, so the product
+    holds K + WINDOW_ROWS + 1 scores a row (padded) where one product of every row with every distance would hold
+    qlen + K. full = left @ right: left (N, nb, B * rows, D), qr's blocks of rows, the last block first, the batch
+    folded into a block's rows (kr shared by the batch), or (B, N, nb, rows, D) (kr per row); right (.., nb, D,
+    width), kr's windows, a view of krp (kr between zero columns; window w at column (first + w) rows). The kernels
+    read score (b, n, i, j), kr's distance qlen - i + j (0 outside [0, R)), at full's element b sp_b + n sp_n +
+    offset + i sp_m + (i // rows) sp_blk + j: strides = (sp_b, sp_n, sp_m, 1, sp_blk); every row 16 bytes aligned in
+    bf16."""
+
+    full: torch.Tensor
+    left: torch.Tensor
+    right: torch.Tensor
+    krp: torch.Tensor
+    lead: int
+    first: int
+    rows: int
+    strides: tuple
+    offset: int
+
+    def pointer(self, tensor):
+        """The tensor (full, or its gradient) from the first score on, for the kernels' pointer."""
+        return tensor.view(-1)[self.offset :]
+
+
+def _positional_windows(qr, kr, qlen, K):
+    """_Windows of qr and kr for K keys: block m of queries (rows m * rows..) reads distances from qlen - (m + 1) rows
+    + 1 to qlen - m rows + K - 1, so its window starts one before, at krp's column lead + qlen - (m + 1) rows, a
+    multiple of rows (lead chosen so); row a of the block reads column rows - a + j of its window (never column 0, nor
+    the last rows: the windows' width is at least K + rows + 1, with width - 1 a multiple of 16)."""
+    B, N, Q, D = qr.shape
+    kr_rows, R = kr.shape[0], kr.shape[-1]
+    rows = WINDOW_ROWS
+    nb = -(-Q // rows)
+    width = K + rows + 1
     width += -(width - 1) % 16
-    krp = kr.new_zeros(*kr.shape[:-1], width)
+    lead = max(0, nb * rows - qlen)
+    lead += -(lead + qlen) % rows
+    first = (lead + qlen) // rows - nb  # the window of the last block
+    krp = kr.new_zeros(kr_rows, N, D, max(lead + R, (first + nb - 1) * rows + width))
     krp[..., lead : lead + R] = kr
-    full = positional_scores(qr, krp)  # (B, N, Q, W), rows contiguous
-    return full.as_strided((B, N, Q, K), (*full.stride()[:2], width - 1, 1), lead + qlen), full, krp, lead
+    right = krp.unfold(-1, width, rows)[..., first : first + nb, :].transpose(2, 3)  # (kr_rows, N, nb, D, width)
+    left = torch.nn.functional.pad(qr, (0, 0, 0, nb * rows - Q)).view(B, N, nb, rows, D).flip(2)
+    if kr_rows == 1:  # the batch in a window's rows: one (B * rows, D) x (D, width) product a window and head
+        left = left.permute(1, 2, 0, 3, 4).reshape(N, nb, B * rows, D)
+        right = right[0]
+        window, sp_b, sp_n = B * rows * width, rows * width, nb * B * rows * width
+    else:
+        window, sp_b, sp_n = rows * width, N * nb * rows * width, nb * rows * width
+    full = left @ right
+    strides = (sp_b, sp_n, width - 1, 1, -(window + rows * (width - 1)))
+    return _Windows(full, left, right, krp, lead, first, rows, strides, (nb - 1) * window + rows)
 
 
 def _launch(kernel, device, dtype, band=True):
@@ -1193,7 +1280,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     _check_layout(qw, qr, k, v, kr, pos, gain, blocked)
     out, lse = _forward_outputs(qw)
     if kr is not None and positional_form(qw.device, qw.dtype) == "matmul":  # the kernels' dense form, read shifted
-        pos, kr = _shifted_scores(qr, kr, qlen, k.shape[2])[0], None
+        pos, kr = _positional_windows(qr, kr, qlen, k.shape[2]), None
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     rows, _, tiled = _tiled("forward", qw, k.shape[2], args.flags)
     _attn_fwd[(triton.cdiv(Q, rows), B * N)](
@@ -1232,9 +1319,9 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     dpos_shifted = dpos
     matmul = kr is not None and positional_form(qw.device, qw.dtype) == "matmul"
     if matmul:  # the product made again; dq writes its gradient shifted, into the product's layout
-        pos, full, krp, lead = _shifted_scores(qr, kr, qlen, K)
-        dfull = torch.zeros_like(full)
-        dpos_shifted = dfull.as_strided(pos.shape, pos.stride(), pos.storage_offset())
+        pos = _positional_windows(qr, kr, qlen, K)
+        dfull = torch.zeros_like(pos.full)
+        dpos_shifted = pos.pointer(dfull)
         kr_rows, R, kr = kr.shape[0], kr.shape[-1], None
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
     dkr_atomic = (
@@ -1291,7 +1378,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     )
     if kr is not None and not dkr_atomic:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
-        strides = args.strides[:13] + args.strides[17:]  # without pos's
+        strides = args.strides[:13] + args.strides[18:]  # without pos's
         block, _, launch = _launch("dkr", qw.device, qw.dtype)
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_,
@@ -1318,18 +1405,21 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             kr.shape[0],
             BLOCK=block,
             BLOCK_D=_block_d(D),
-            **{flag: value for flag, value in args.flags.items() if flag != "BAND"},
+            **{flag: value for flag, value in args.flags.items() if flag not in ("BAND", "POS_ROWS")},
             **launch,
         )
-    if matmul:  # back through the product: dqr = dfull krp^T, dkr = qr^T dfull (summed over the batch if shared)
-        if kr_rows == 1:  # the batch in the rows, as the product was made: a view of its layout
-            rows = dfull.transpose(0, 1).reshape(N, B * Q, -1)
-            dqr.copy_(torch.bmm(rows, krp[0].transpose(1, 2)).view(N, B, Q, D).transpose(0, 1))
-            dkrp = torch.bmm(qr.transpose(0, 1).reshape(N, B * Q, D).transpose(1, 2), rows)[None]  # (1, N, D, W)
-        else:
-            dqr.copy_(dfull @ krp.transpose(2, 3))
-            dkrp = qr.transpose(2, 3) @ dfull  # (B, N, D, W)
-        dkr.copy_(dkrp[..., lead : lead + R].transpose(2, 3))
+    if matmul:  # back through the product, window by window: dqr = dfull right^T, dkr = left^T dfull
+        dleft = (dfull @ pos.right.transpose(-1, -2)).view(*pos.left.shape[:2], -1, pos.rows, D)
+        if kr_rows == 1:  # (N, nb, B, rows, D), the batch folded into the windows' rows
+            dleft = dleft.permute(2, 0, 1, 3, 4)
+        dqr.copy_(dleft.flip(2).reshape(B, N, -1, D)[:, :, :Q])
+        dright = pos.left.transpose(-1, -2) @ dfull  # (kr_rows or none, N, nb, D, width)
+        dright = dright.view(kr_rows, N, -1, D, dright.shape[-1])
+        dkrp = torch.zeros_like(pos.krp, dtype=dright.dtype)
+        for w in range(dright.shape[2]):  # the windows overlap: their parts summed, in order
+            at = (pos.first + w) * pos.rows
+            dkrp[..., at : at + dright.shape[-1]] += dright[:, :, w]
+        dkr.copy_(dkrp[..., pos.lead : pos.lead + R].transpose(2, 3))
     return dqw, dqr, dk, dv, dkr, dpos, dgain
 
 
@@ -1429,10 +1519,16 @@ class _Operands:
 
 
 def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal):
+    """pos: the caller's (B, N, Q, K) positional scores, _Windows (the product's, POSITIONAL "matmul") or None (the
+    band, with kr)."""
     band = kr is not None
     stub = qw
     kr_ = kr if band else stub.new_zeros(1, 1, 1, 1)
-    pos_ = pos if not band else stub.new_zeros(1, 1, 1, 1)
+    if isinstance(pos, _Windows):
+        pos_, pos_strides, pos_rows = pos.pointer(pos.full), pos.strides, pos.rows
+    else:
+        pos_ = pos if not band else stub.new_zeros(1, 1, 1, 1)
+        pos_strides, pos_rows = (*pos_.stride(), 0), 0
     R = kr.shape[-1] if band else 1
     has_seg = gain is not None
     ranked = blocked is not None and blocked.dtype == torch.int32
@@ -1461,7 +1557,7 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
         *v.stride()[:3],
         0 if kr_.shape[0] == 1 else kr_.stride(0),
         *kr_.stride()[1:],
-        *pos_.stride(),
+        *pos_strides,
         seg_q.stride(0) if has_seg else 0,
         seg_k.stride(0) if has_seg else 0,
         0 if blk.shape[0] == 1 else blk.stride(0),
@@ -1471,6 +1567,7 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
     flags = dict(
         BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, RANKED=ranked, PREC=prec, HAS_DROPOUT=dropout_p > 0
     )
+    flags["POS_ROWS"] = pos_rows
     return _Operands(pointers, strides, R, mask_diagonal, flags)
 
 

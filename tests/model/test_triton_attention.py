@@ -703,6 +703,7 @@ def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step
     launched = []
     logged_launches(monkeypatch, launched, "EVEN")
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", form)
+    monkeypatch.setattr(ta, "WINDOW_ROWS", 16)  # two windows of the product (matmul)
     if tall:
         tall_tiles(monkeypatch)
     run = banded_step(**step)
@@ -814,26 +815,45 @@ def test_the_operator_refuses_layouts_its_kernels_do_not_take():
             forward(**inputs)
 
 
-@pytest.mark.parametrize("kr_rows, qlen, extra_distances", [(1, None, 0), (B, 45, -12), (1, 10, 0), (B, 10, 7)])
-def test_the_shifted_product_holds_the_band_at_aligned_rows(kr_rows, qlen, extra_distances):
-    """_shifted_scores (POSITIONAL "matmul"): its (B, N, Q, K) view of one qr-kr product holds, at (i, j), qr_i times
-    kr's distance qlen - i + j, 0 where that is outside [0, R) (as the band reads it); in bf16 every row starts 16
-    bytes aligned and rows are a multiple of 16 values apart, so the kernels load them by vectors."""
+@pytest.mark.parametrize(
+    "kr_rows, qlen, extra_distances, window_rows",
+    [(1, None, 0, 64), (1, None, 0, 16), (B, 45, -12, 16), (1, 10, 0, 16), (B, 10, 7, 32)],
+)
+def test_the_positional_products_windows_hold_the_band_at_aligned_rows(
+    monkeypatch, kr_rows, qlen, extra_distances, window_rows
+):
+    """_positional_windows (POSITIONAL "matmul"): read as the kernels read it (score (b, n, i, j) at b sp_b + n sp_n +
+    offset + i sp_m + (i // rows) sp_blk + j), the windowed product of qr and kr holds qr_i times kr's distance qlen - i
+    + j, 0 where that is outside [0, R) (as the band reads it), over one window or several, kr shared or per row; each
+    window's rows hold K + rows + 1 values (padded to 16 + 1), not qlen + K; in bf16 every row starts 16 bytes
+    aligned, so the kernels load rows by vectors."""
     from xlnet_lite import triton_attention as ta
 
+    monkeypatch.setattr(ta, "WINDOW_ROWS", window_rows)
     gen = torch.Generator().manual_seed(1)
     Q, K, N, D = 35, 44, 2, 8
     qlen = Q if qlen is None else qlen
     R = qlen + K + extra_distances
     qr, kr = torch.randn(B, N, Q, D, generator=gen), torch.randn(kr_rows, N, D, R, generator=gen)
-    pos = ta._shifted_scores(qr, kr, qlen, K)[0]
+
+    def starts(windows, batch=B, heads=N, rows=Q):
+        """Where each (b, n, i) row of scores starts in windows.full."""
+        sp_b, sp_n, sp_m, sp_j, sp_blk = windows.strides
+        i = torch.arange(rows)
+        row = windows.offset + i * sp_m + torch.div(i, windows.rows, rounding_mode="floor") * sp_blk
+        assert sp_j == 1
+        return torch.arange(batch)[:, None, None] * sp_b + torch.arange(heads)[None, :, None] * sp_n + row
+
+    windows = ta._positional_windows(qr, kr, qlen, K)
+    read = windows.full.reshape(-1)[starts(windows)[..., None] + torch.arange(K)]  # (B, N, Q, K)
     r = qlen - torch.arange(Q)[:, None] + torch.arange(K)  # (Q, K) distances
     inside = (r >= 0) & (r < R)
     expected = torch.einsum("bnqd,bndqk->bnqk", qr, kr.expand(B, -1, -1, -1)[..., r.clamp(0, R - 1)]) * inside
-    torch.testing.assert_close(pos, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(read, expected, atol=1e-5, rtol=1e-5)
     assert inside.all() == (qlen == Q and extra_distances >= 0)  # else distances outside [0, R) are read
-    pos16 = ta._shifted_scores(qr.bfloat16(), kr.bfloat16(), qlen, K)[0]
-    assert pos16.stride(2) % 16 == 0 and pos16.storage_offset() % 8 == 0 and pos16.stride(3) == 1
+    assert windows.full.shape[-1] == K + window_rows + 1 + (-(K + window_rows) % 16)
+    windows16 = ta._positional_windows(qr.bfloat16(), kr.bfloat16(), qlen, K)
+    assert (starts(windows16) % 8 == 0).all()
 
 
 WIDE_TILES = {  # the dense form's tiles the band does not take, at the interpreter's scale: (rows, keys) a kernel
@@ -845,7 +865,7 @@ WIDE_TILES = {  # the dense form's tiles the band does not take, at the interpre
 @pytest.mark.parametrize(
     "step, tiles",
     [
-        (dict(seed=5, Q=37, M=6), None),
+        (dict(seed=5, Q=37, M=6, window_rows=64), None),
         (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), None),
         (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), "tall"),
         (dict(seed=3, Q=35, M=9, qlen=10), None),
@@ -854,15 +874,18 @@ WIDE_TILES = {  # the dense form's tiles the band does not take, at the interpre
     ],
 )
 def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, step, tiles):
-    """POSITIONAL "matmul": the content stream's positional term as one product of qr and kr that the dense form's
-    kernels read shifted (no band, no dkr kernel; dq writes the scores' gradient into the product's layout, two
-    matmuls take it back to qr and kr) gives the band's output and every gradient, over partial tiles, every term on,
+    """POSITIONAL "matmul": the content stream's positional term as one product of qr and kr, window by window of
+    query rows, that the dense form's kernels read shifted (no band, no dkr kernel; dq writes the scores' gradient
+    into the product's layout, two matmuls take it back to qr and kr, the windows' parts of kr summed) gives the band's
+    output and every gradient, over one window or several, partial tiles, every term on,
     distances past R or below 0, positional keys shared or per row, dropout drawn alike; also with the forward and dq
     at 32 rows by 16 keys and dk/dv at 16 rows by 32 held keys by rows (bench_triton_kernels' 32x64/4/3/matmul,
     scaled), and at tiles of four times as many rows as keys or keys as rows, which only the dense form takes (the
     band refuses them in one line). A form the kernels do not take is refused by name."""
     from xlnet_lite import triton_attention as ta
 
+    step = dict(step)
+    monkeypatch.setattr(ta, "WINDOW_ROWS", step.pop("window_rows", 16))  # one window of the product, or several
     run = banded_step(**step)
     reference = run()
     if tiles == "tall":
