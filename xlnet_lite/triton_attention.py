@@ -1415,8 +1415,8 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         dqr.copy_(dleft.flip(2).reshape(B, N, -1, D)[:, :, :Q])
         dright = pos.left.transpose(-1, -2) @ dfull  # (kr_rows or none, N, nb, D, width)
         dright = dright.view(kr_rows, N, -1, D, dright.shape[-1])
-        dkrp = torch.zeros_like(pos.krp, dtype=dright.dtype)
-        for w in range(dright.shape[2]):  # the windows overlap: their parts summed, in order
+        dkrp = torch.zeros_like(pos.krp, dtype=torch.float32)  # as dkr
+        for w in range(dright.shape[2]):  # the windows overlap: their parts summed, in order, in fp32
             at = (pos.first + w) * pos.rows
             dkrp[..., at : at + dright.shape[-1]] += dright[:, :, w]
         dkr.copy_(dkrp[..., pos.lead : pos.lead + R].transpose(2, 3))
