@@ -98,6 +98,13 @@ def _pos_rows(rows, sp_m, sp_blk, POS_ROWS: tl.constexpr):
 
 
 @triton.jit
+def _pos_at(BASE, b, n, rows, keys, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS: tl.constexpr):
+    """Pointers into the dense form's positional scores (BASE: them or their gradient, laid out alike) of head (b, n) at
+    these rows and keys, which broadcast against each other."""
+    return BASE + b * sp_b + n * sp_n + _pos_rows(rows, sp_m, sp_blk, POS_ROWS) + keys * sp_j
+
+
+@triton.jit
 def _ahead(tile_ptrs, offset, AHEAD: tl.constexpr):
     """The dense form's positional scores of a tile `offset` elements on from tile_ptrs (its pointers), loaded a turn of
     the loop before their use, so that the load's latency passes while the turn before runs; unless AHEAD a
@@ -190,9 +197,7 @@ def _tile_scores(
         )
     else:
         if not AHEAD:
-            pos = (
-                POS + b * sp_b + n * sp_n + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None] + offs_n[None, :] * sp_j
-            )
+            pos = _pos_at(POS, b, n, offs_m[:, None], offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
             pos_tile = tl.load(pos, mask=inside, other=0.0)
         s += pos_tile.to(tl.float32)
     same = 0
@@ -431,8 +436,8 @@ def _attn_fwd(
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
     AHEAD: tl.constexpr = EVEN and not BAND
-    pos_tile = POS + b * sp_b + n * sp_n + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None]  # its rows, keys 0..
-    pos_tile += tl.arange(0, BLOCK_N)[None, :] * sp_j
+    keys0 = tl.arange(0, BLOCK_N)[None, :]  # the tile's rows at keys 0..
+    pos_tile = _pos_at(POS, b, n, offs_m[:, None], keys0, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
     pos_next = _ahead(pos_tile, 0, AHEAD)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -622,13 +627,7 @@ def _attn_bwd_dkdv(
                     tl.gather(hi, tl.maximum(row_of - BLOCK_M, 0), 0),
                 )
             else:
-                pos = (
-                    POS
-                    + b * sp_b
-                    + n * sp_n
-                    + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[None, :]
-                    + offs_n[:, None] * sp_j
-                )
+                pos = _pos_at(POS, b, n, offs_m[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
                 s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
             if HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
@@ -657,18 +656,19 @@ def _attn_bwd_dkdv(
         # the block's keys at rows 0..; where a tile's rows sit in one window of the product (or no windows), the next
         # tile is a scalar offset on, else each row's own
         WHOLE: tl.constexpr = POS_ROWS % BLOCK_M == 0
-        pos_rows0 = _pos_rows(tl.arange(0, BLOCK_M), sp_m, sp_blk, POS_ROWS)[:, None]
-        pos_keys = POS + b * sp_b + n * sp_n + offs_n[None, :] * sp_j
-        pos_next = _ahead(pos_keys + pos_rows0, 0, AHEAD)
+        rows0 = tl.arange(0, BLOCK_M)[:, None]
+        pos_tile = _pos_at(POS, b, n, rows0, offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)  # rows 0..
+        pos_next = _ahead(pos_tile, 0, AHEAD)
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
             first_next = tl.minimum(m0 + BLOCK_M, Q - BLOCK_M)
             pos_cur = pos_next
             if WHOLE:
-                pos_next = _ahead(pos_keys + pos_rows0, _pos_rows(first_next, sp_m, sp_blk, POS_ROWS), AHEAD)
+                pos_next = _ahead(pos_tile, _pos_rows(first_next, sp_m, sp_blk, POS_ROWS), AHEAD)
             else:
-                rows_next = first_next + tl.arange(0, BLOCK_M)
-                pos_next = _ahead(pos_keys + _pos_rows(rows_next, sp_m, sp_blk, POS_ROWS)[:, None], 0, AHEAD)
+                rows_next = first_next + rows0
+                pos = _pos_at(POS, b, n, rows_next, offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
+                pos_next = _ahead(pos, 0, AHEAD)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
                 QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
@@ -843,8 +843,8 @@ def _attn_bwd_dq(
     carry_mid = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # and at its chunk 1 (2B rows)
     dkr_row = b % kr_rows * N + n  # DKR's (kr_rows, N) row of this head (DKR_ATOMIC)
     AHEAD: tl.constexpr = EVEN and not BAND
-    pos_tile = POS + b * sp_b + n * sp_n + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None]  # its rows, keys 0..
-    pos_tile += tl.arange(0, BLOCK_N)[None, :] * sp_j
+    keys0 = tl.arange(0, BLOCK_N)[None, :]  # the tile's rows at keys 0..
+    pos_tile = _pos_at(POS, b, n, offs_m[:, None], keys0, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
     pos_next = _ahead(pos_tile, 0, AHEAD)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -927,11 +927,7 @@ def _attn_bwd_dq(
                 band_lo, kr_lo = band_new, kr_new
         else:
             tl.store(  # in the scores' layout: (B, N, Q, K), or the matmul's product read shifted
-                DPOS
-                + b * sp_b
-                + n * sp_n
-                + _pos_rows(offs_m, sp_m, sp_blk, POS_ROWS)[:, None]
-                + offs_n[None, :] * sp_j,
+                _pos_at(DPOS, b, n, offs_m[:, None], offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS),
                 ds.to(DPOS.dtype.element_ty),
                 mask=_below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :],
             )
@@ -1378,7 +1374,6 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
     )
     if kr is not None and not dkr_atomic:
         qw_, qr_, k_, v_, kr_, _, *rest = args.pointers
-        strides = args.strides[:13] + args.strides[18:]  # without pos's
         block, _, launch = _launch("dkr", qw.device, qw.dtype)
         _attn_bwd_dkr[(triton.cdiv(args.R, block), kr.shape[0] * N)](
             qw_,
@@ -1391,7 +1386,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             lse,
             delta,
             dkr,
-            *strides,
+            *args.band_strides,
             *_out_strides(dout),
             B,
             N,
@@ -1512,10 +1507,12 @@ def _check_layout(qw, qr, k, v, kr, pos, gain, blocked):
 
 class _Operands:
     """The pointers, strides and compile-time flags every kernel takes, absent operands replaced by a placeholder
-    pointer with zero strides (never read: their flag is off)."""
+    pointer with zero strides (never read: their flag is off); band_strides: the strides without the positional
+    scores' (the dkr kernel's, which reads none)."""
 
-    def __init__(self, pointers, strides, R, diag, flags):
-        self.pointers, self.strides, self.R, self.diag, self.flags = pointers, strides, R, diag, flags
+    def __init__(self, pointers, strides, band_strides, R, diag, flags):
+        self.pointers, self.strides, self.band_strides = pointers, strides, band_strides
+        self.R, self.diag, self.flags = R, diag, flags
 
 
 def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal):
@@ -1551,24 +1548,31 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
         blk,
         seed if dropout_p > 0 else stub,
     )
-    strides = (
+    before_pos = (  # the strides of the operands before the positional scores, then after them
         *qw.stride()[:3],
         *k.stride()[:3],
         *v.stride()[:3],
         0 if kr_.shape[0] == 1 else kr_.stride(0),
         *kr_.stride()[1:],
-        *pos_strides,
+    )
+    after_pos = (
         seg_q.stride(0) if has_seg else 0,
         seg_k.stride(0) if has_seg else 0,
         0 if blk.shape[0] == 1 else blk.stride(0),
         *blk.stride()[1:],
     )
+    strides = (*before_pos, *pos_strides, *after_pos)
     prec = "ieee" if qw.dtype == torch.float32 else "tf32"
     flags = dict(
-        BAND=band, HAS_SEG=has_seg, HAS_MASK=blocked is not None, RANKED=ranked, PREC=prec, HAS_DROPOUT=dropout_p > 0
+        BAND=band,
+        HAS_SEG=has_seg,
+        HAS_MASK=blocked is not None,
+        RANKED=ranked,
+        PREC=prec,
+        HAS_DROPOUT=dropout_p > 0,
+        POS_ROWS=pos_rows,
     )
-    flags["POS_ROWS"] = pos_rows
-    return _Operands(pointers, strides, R, mask_diagonal, flags)
+    return _Operands(pointers, strides, (*before_pos, *after_pos), R, mask_diagonal, flags)
 
 
 def _out_strides(out):
