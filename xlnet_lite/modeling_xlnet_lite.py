@@ -751,14 +751,16 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
 def triton_mask_ranks(blocked, *, mlen, query_pos):
     """The Triton kernels' masks as MaskRanks (two vectors a tile instead of a block of the mask):
     (content stream's, query stream's), each None where the mask has no such form. blocked (B or 1, T, K): what the
-    query stream may not see; the content stream sees that and itself (key mlen + i); query_pos (B, P) or None."""
+    query stream may not see; the content stream sees that and itself (key mlen + i): ranks of its own where its mask
+    has them (a factorization order's does: a key hidden from the rows that come before it), else the query
+    stream's with its own key re-opened (one more comparison a score in the kernels); query_pos (B, P) or None."""
     ranks = mask_ranks(blocked)
     if ranks is None:
         return None, None
-    content = MaskRanks(ranks.ranks, diagonal=mlen)
+    T = blocked.shape[1]
+    content = mask_ranks(content_stream_mask(blocked, qlen=T, mlen=mlen)) or MaskRanks(ranks.ranks, diagonal=mlen)
     if query_pos is None:
         return content, None
-    T = blocked.shape[1]
     rows, keys = ranks.ranks.expand(query_pos.shape[0], -1).split([T, ranks.ranks.shape[-1] - T], dim=-1)
     return content, MaskRanks(torch.cat([rows.gather(1, query_pos), keys], dim=-1))
 

@@ -28,8 +28,10 @@ index) comes in one of two forms:
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
 Where the queries and keys fill whole tiles and the head size is a power of two (`base`'s shapes), the forward, dk/dv
-and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions,
-and the dense form loads each tile's positional scores a turn of the loop ahead, hiding the load's latency.
+and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions.
+The dense form's positional scores in 16 bits enter each tile's scores as a product with the identity
+(tl.dot(pos, eye, s): exact), so that they travel as the keys do, loaded ahead into shared memory by Triton's software
+pipeline and read by the tensor cores, with no conversion or change of layout a score.
 
 Inputs are projected and biased by the caller (autograd takes the biases' gradients), so the kernels see plain
 tensors. Dropout on the probabilities is drawn inside (Philox, from a seed and each score's index, so the backward
@@ -60,6 +62,7 @@ from .modeling_xlnet_lite import NO_DIAGONAL, MaskRanks
 
 
 LOG2E = tl.constexpr(1.4426950408889634)  # 1 / ln 2
+DIAGONAL = tl.constexpr(2)  # RANKED: the mask as ranks with each row's own key re-opened (MaskRanks.diagonal)
 
 
 @triton.jit
@@ -105,12 +108,22 @@ def _pos_at(BASE, b, n, rows, keys, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS: tl
 
 
 @triton.jit
-def _ahead(tile_ptrs, offset, AHEAD: tl.constexpr):
-    """The dense form's positional scores of a tile `offset` elements on from tile_ptrs (its pointers), loaded a turn of
-    the loop before their use, so that the load's latency passes while the turn before runs; unless AHEAD a
-    placeholder (_tile_scores loads the tile where it is used). The caller keeps the offset inside the operand (whole
-    tiles: the last turn loads its own tile again)."""
-    return tl.load(tile_ptrs + offset) if AHEAD else tl.zeros([1], tl.int8)
+def _identity(POS, BLOCK: tl.constexpr):
+    """The (BLOCK, BLOCK) identity in the dense form's positional scores' dtype, made once before a kernel's loop: a
+    tile adds its positional scores (16-bit) as a product with it, tl.dot(pos, eye, s), exact (one term a sum, in the
+    fp32 accumulator). The positional tile then goes from memory to the tensor cores as the keys do (loaded ahead by
+    Triton's software pipeline into shared memory), where adding it took a conversion to fp32 a score and a pass
+    through shared memory to the accumulator's layout."""
+    return (tl.arange(0, BLOCK)[:, None] == tl.arange(0, BLOCK)[None, :]).to(POS.dtype.element_ty)
+
+
+@triton.jit
+def _add_positional(s, pos, eye):
+    """s + the dense form's positional scores pos (loaded in s's shape): as the product with the identity where pos is
+    16-bit (_identity), else added in fp32."""
+    if pos.dtype == tl.float32:
+        return s + pos
+    return tl.dot(pos, eye, s)
 
 
 @triton.jit
@@ -160,8 +173,7 @@ def _tile_scores(
     RANKED: tl.constexpr,
     PREC: tl.constexpr,
     EVEN: tl.constexpr,
-    pos_tile,
-    AHEAD: tl.constexpr,
+    eye,
     POS_ROWS: tl.constexpr,
 ):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
@@ -174,8 +186,8 @@ def _tile_scores(
     1). Rows a of the tile's row group g = a // B (row a' = a % B in it) read chunks W - 1 - g and W - g, at column
     c' = j - a' + B - 1 of the two side by side, as a square tile's rows read its two. Returns the scores, the chunk
     multiplied here (chunk W; in the dense form, a placeholder), its keys (BLOCK_D, B) (kt in the dense form) and
-    where the row's and the key's segments are the same (HAS_SEG; else a placeholder). pos_tile: the dense form's
-    positional scores of the tile as the caller loaded them ahead (_ahead) where AHEAD, else loaded here."""
+    where the row's and the key's segments are the same (HAS_SEG; else a placeholder). eye: the dense form's
+    identity (_identity)."""
     krt_new = kt
     band_new = band_lo
     inside = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]  # the queries' and keys' bounds
@@ -196,10 +208,8 @@ def _tile_scores(
             c < BLOCK_N, tl.gather(lo, tl.minimum(c, BLOCK_N - 1), 1), tl.gather(hi, tl.maximum(c - BLOCK_N, 0), 1)
         )
     else:
-        if not AHEAD:
-            pos = _pos_at(POS, b, n, offs_m[:, None], offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-            pos_tile = tl.load(pos, mask=inside, other=0.0)
-        s += pos_tile.to(tl.float32)
+        pos = _pos_at(POS, b, n, offs_m[:, None], offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
+        s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
     same = 0
     if HAS_SEG:
         seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
@@ -257,9 +267,10 @@ def _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_o
 @triton.jit
 def _unmasked(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED: tl.constexpr, EVEN: tl.constexpr):
     """Where the mask lets a row see a key (rows (BLOCK_M, 1), keys broadcasting against them; read only where ok).
-    Dense: BLK (B or 1, Q, K) uint8, 1 = blocked. RANKED: BLK (B or 1, Q + K) int32, the rows' ranks then the keys':
-    a key is blocked where its rank is at most the row's, except key row + diag (the content stream's own position;
-    diag < -Q for none). Two vectors a tile instead of a (BLOCK_M, BLOCK_N) block of the mask."""
+    Dense (RANKED 0): BLK (B or 1, Q, K) uint8, 1 = blocked. RANKED 1: BLK (B or 1, Q + K) int32, the rows' ranks then
+    the keys': a key is blocked where its rank is at most the row's; RANKED 2 (DIAGONAL): the same, except key
+    row + diag (the content stream's own position, where its mask has no ranks of its own), one more comparison a
+    score. Two vectors a tile instead of a (BLOCK_M, BLOCK_N) block of the mask."""
     if RANKED:
         base = BLK + b * sbk_b
         row_rank = tl.load(base + rows, mask=_below(rows, Q, EVEN), other=0)
@@ -267,7 +278,9 @@ def _unmasked(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED: t
             key_rank = tl.load(base + Q + keys)
         else:
             key_rank = tl.load(base + Q + keys, mask=(keys >= 0) & (keys < K), other=0)
-        return (key_rank > row_rank) | (keys == rows + diag)
+        if RANKED == DIAGONAL:
+            return (key_rank > row_rank) | (keys == rows + diag)
+        return key_rank > row_rank
     return tl.load(BLK + b * sbk_b + rows * sbk_m + keys * sbk_j, mask=ok, other=1) == 0
 
 
@@ -435,15 +448,11 @@ def _attn_fwd(
     band_lo, band_mid, _, _ = _band_chunks(  # tiles of 2B rows carry two chunks along the keys, square ones one
         qr, KR, b, n, m0, 0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
     )
-    AHEAD: tl.constexpr = EVEN and not BAND
-    keys0 = tl.arange(0, BLOCK_N)[None, :]  # the tile's rows at keys 0..
-    pos_tile = _pos_at(POS, b, n, offs_m[:, None], keys0, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-    pos_next = _ahead(pos_tile, 0, AHEAD)
+    eye = _identity(POS, BLOCK_N)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = _below(offs_n, K, EVEN)[None, :] & _below(offs_d, D, EVEN)[:, None]  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        pos_cur, pos_next = pos_next, _ahead(pos_tile, tl.minimum(n0 + BLOCK_N, K - BLOCK_N) * sp_j, AHEAD)
         s, band_new, _, same = _tile_scores(
             qw,
             qr,
@@ -490,8 +499,7 @@ def _attn_fwd(
             RANKED,
             PREC,
             EVEN,
-            pos_cur,
-            AHEAD,
+            eye,
             POS_ROWS,
         )
         if BLOCK_M > BLOCK_N:  # the next tile's chunks 0 and 1: this one's 1 and 2
@@ -604,6 +612,7 @@ def _attn_bwd_dkdv(
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         # (key j, row a): distance - base
         row_of = tl.arange(0, BLOCK_N)[:, None] - tl.arange(0, BLOCK_M)[None, :] + (BLOCK_M - 1)
+        eye = _identity(POS, BLOCK_M)
         seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1) if HAS_SEG else 0
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -628,7 +637,7 @@ def _attn_bwd_dkdv(
                 )
             else:
                 pos = _pos_at(POS, b, n, offs_m[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-                s += tl.load(pos, mask=inside, other=0.0).to(tl.float32)
+                s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
             if HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
             visible = inside
@@ -652,23 +661,9 @@ def _attn_bwd_dkdv(
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-        AHEAD: tl.constexpr = EVEN and not BAND
-        # the block's keys at rows 0..; where a tile's rows sit in one window of the product (or no windows), the next
-        # tile is a scalar offset on, else each row's own
-        WHOLE: tl.constexpr = POS_ROWS % BLOCK_M == 0
-        rows0 = tl.arange(0, BLOCK_M)[:, None]
-        pos_tile = _pos_at(POS, b, n, rows0, offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)  # rows 0..
-        pos_next = _ahead(pos_tile, 0, AHEAD)
+        eye = _identity(POS, BLOCK_N)
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
-            first_next = tl.minimum(m0 + BLOCK_M, Q - BLOCK_M)
-            pos_cur = pos_next
-            if WHOLE:
-                pos_next = _ahead(pos_tile, _pos_rows(first_next, sp_m, sp_blk, POS_ROWS), AHEAD)
-            else:
-                rows_next = first_next + rows0
-                pos = _pos_at(POS, b, n, rows_next, offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-                pos_next = _ahead(pos, 0, AHEAD)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
                 QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
@@ -722,8 +717,7 @@ def _attn_bwd_dkdv(
                 RANKED,
                 PREC,
                 EVEN,
-                pos_cur,
-                AHEAD,
+                eye,
                 POS_ROWS,
             )
             p = _exp(s, lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
@@ -842,16 +836,12 @@ def _attn_bwd_dq(
     carry = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # dS's parts at the next tile's chunk 0 so far
     carry_mid = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # and at its chunk 1 (2B rows)
     dkr_row = b % kr_rows * N + n  # DKR's (kr_rows, N) row of this head (DKR_ATOMIC)
-    AHEAD: tl.constexpr = EVEN and not BAND
-    keys0 = tl.arange(0, BLOCK_N)[None, :]  # the tile's rows at keys 0..
-    pos_tile = _pos_at(POS, b, n, offs_m[:, None], keys0, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-    pos_next = _ahead(pos_tile, 0, AHEAD)
+    eye = _identity(POS, BLOCK_N)
     for n0 in range(0, K, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv_ok = _below(offs_n, K, EVEN)[None, :] & _below(offs_d, D, EVEN)[:, None]  # (BLOCK_D, BLOCK_N)
         kt = tl.load(KEY + b * sk_b + n * sk_n + offs_n[None, :] * sk_j + offs_d[:, None], mask=kv_ok, other=0.0)
         vt = tl.load(VAL + b * sv_b + n * sv_n + offs_n[None, :] * sv_j + offs_d[:, None], mask=kv_ok, other=0.0)
-        pos_cur, pos_next = pos_next, _ahead(pos_tile, tl.minimum(n0 + BLOCK_N, K - BLOCK_N) * sp_j, AHEAD)
         s, band_new, kr_new, same = _tile_scores(
             qw,
             qr,
@@ -898,8 +888,7 @@ def _attn_bwd_dq(
             RANKED,
             PREC,
             EVEN,
-            pos_cur,
-            AHEAD,
+            eye,
             POS_ROWS,
         )
         p = _exp(s, lse[:, None])
@@ -1529,6 +1518,8 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
     R = kr.shape[-1] if band else 1
     has_seg = gain is not None
     ranked = blocked is not None and blocked.dtype == torch.int32
+    if ranked and mask_diagonal != NO_DIAGONAL:
+        ranked = DIAGONAL
     if blocked is None:
         blk = torch.zeros(1, 1, 1, dtype=torch.uint8, device=qw.device)
     elif ranked:
@@ -1567,7 +1558,7 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
         BAND=band,
         HAS_SEG=has_seg,
         HAS_MASK=blocked is not None,
-        RANKED=ranked,
+        RANKED=int(ranked),
         PREC=prec,
         HAS_DROPOUT=dropout_p > 0,
         POS_ROWS=pos_rows,

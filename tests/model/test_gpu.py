@@ -334,8 +334,7 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     atomic adds), with the forward, dk/dv and dq at tiles of 64 rows by 32 keys (two chunks of distances carried
     along the keys; warpgroup MMA on an H100), with dk/dv at 32 rows by 64 keys held keys by rows, and with the
     positional term as one matmul's product read shifted (POSITIONAL "matmul", bf16 rounding that product as the SDPA
-    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked, the positional
-    scores loaded a turn ahead)."""
+    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked)."""
     from xlnet_lite import triton_attention as ta
 
     gen, rand = seeded(2, dtype)

@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
+triton = pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
+tl = pytest.importorskip("triton.language")
 
 from model_helpers import (  # noqa: E402
     BENCH_TINY,
@@ -27,8 +28,10 @@ from xlnet_lite.modeling_xlnet_lite import (  # noqa: E402
     TRITON_ATTENTION,
     MaskRanks,
     blocked_positions,
+    content_stream_mask,
     mask_ranks,
     rel_shift,
+    triton_mask_ranks,
 )
 from xlnet_lite.triton_attention import relative_attention  # noqa: E402
 
@@ -184,6 +187,36 @@ def test_mask_ranks_exist_exactly_when_the_rows_nest():
                 perm_mask=perm, pad_mask=pad, attn_type=attn_type, same_length=False, qlen=T, mlen=4, device="cpu"
             )
             assert mask_ranks(blocked) is not None
+
+
+def test_the_content_stream_takes_ranks_of_its_own_where_its_mask_nests():
+    """triton_mask_ranks: the content stream's mask (the query stream's with each row's own key re-opened) as ranks
+    of its own, with no key re-opened (one comparison a score fewer in the kernels), for XLNet's factorization masks
+    over a memory; where re-opening the diagonal leaves rows that do not nest (two rows blocking the same keys, their
+    own among them: left padding, or every key of the segment blocked) the query stream's ranks with the diagonal
+    re-opened. Each reproduces the content stream's mask exactly, and the query stream's ranks its rows."""
+
+    def as_block(ranks, Q):
+        row_rank, key_rank = ranks.ranks.split([Q, ranks.ranks.shape[-1] - Q], dim=-1)
+        own = torch.arange(key_rank.shape[-1])[None, :] == torch.arange(Q)[:, None] + ranks.diagonal
+        return (key_rank[:, None, :] <= row_rank[:, :, None]) & ~own
+
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, :3] = True
+    tied = torch.ones(1, T, T, dtype=torch.bool)  # every row blocks every key of the segment, its own among them
+    for seed in range(10):
+        perm_mask, target_mapping = xlnet_masks(B, T, P, seed=seed)
+        query_pos = target_mapping.argmax(-1)
+        for perm, padding, diagonal in ((perm_mask, None, NO_DIAGONAL), (perm_mask, pad, 4), (tied, None, 4)):
+            blocked = blocked_positions(
+                perm_mask=perm, pad_mask=padding, attn_type="bi", same_length=False, qlen=T, mlen=4, device="cpu"
+            )
+            content, query = triton_mask_ranks(blocked, mlen=4, query_pos=query_pos)
+            assert content.diagonal == diagonal and query.diagonal == NO_DIAGONAL
+            want = content_stream_mask(blocked, qlen=T, mlen=4).expand(B, -1, -1)
+            assert torch.equal(as_block(content, T).expand(B, -1, -1), want)
+            rows = blocked.expand(B, -1, -1).gather(1, query_pos[:, :, None].expand(-1, -1, T + 4))
+            assert torch.equal(as_block(query, P).expand(B, -1, -1), rows)
 
 
 def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block_otherwise(monkeypatch):
@@ -650,23 +683,27 @@ def test_cuda_launch_settings_by_precision():
     assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
 
 
-def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0, N=2, D=12, ranks=False):
+def banded_step(
+    seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0, N=2, D=12, ranks=False, dtype=torch.float32
+):
     """A step of the banded form with every term on (segments, a mask blocking 40% of the keys, queries and keys not
     multiples of a tile) on seeded inputs: a function returning the output and the gradients of qw, k, v, qr, kr and
     gain (the dropout's seed the same each call). qlen: Q unless given; R = qlen + K + extra_distances; ranks: the mask
-    as MaskRanks of random ranks instead (key j blocked for row i where its rank is at most the row's)."""
+    as MaskRanks of random ranks instead (key j blocked for row i where its rank is at most the row's); dtype: the
+    operands' (gain stays fp32)."""
     gen = torch.Generator().manual_seed(seed)
     qlen = Q if qlen is None else qlen
     K = Q + M
     R = qlen + K + extra_distances
 
-    def rand(*shape):
-        return torch.randn(*shape, generator=gen).requires_grad_()
+    def rand(*shape, dtype=dtype):
+        return torch.randn(*shape, generator=gen).to(dtype).requires_grad_()
 
     inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D))
-    inputs.update(kr=rand(kr_rows, N, D, R), gain=rand(B, N, Q), seg_q=torch.randint(0, 2, (B, Q), generator=gen))
+    gain = rand(B, N, Q, dtype=torch.float32)
+    inputs.update(kr=rand(kr_rows, N, D, R), gain=gain, seg_q=torch.randint(0, 2, (B, Q), generator=gen))
     inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
-    grad = torch.randn(B, Q, N, D, generator=gen)
+    grad = torch.randn(B, Q, N, D, generator=gen).to(dtype)
     leaves = [name for name, t in inputs.items() if t.requires_grad]
     if ranks:
         inputs["blocked"] = MaskRanks(torch.randint(0, K, (B, Q + K), generator=gen, dtype=torch.int32), NO_DIAGONAL)
@@ -693,11 +730,10 @@ def banded_step(seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0
 )
 def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step, form, tall):
     """Queries and keys multiples of every tile and a head size of 16 (its own block): the forward, dk/dv and dq
-    launch with EVEN (no bounds checked in their loops, and the dense form's positional scores loaded a turn ahead;
-    the dkr kernel checks its own) and give exactly the output and every gradient of the same launches with the bounds
-    checked; the mask as a block or as ranks, the positional term as the band or one matmul's product, square tiles or
-    tall ones with dk/dv held keys by rows, dropout drawn alike. Shapes that are not whole tiles launch with EVEN
-    off."""
+    launch with EVEN (no bounds checked in their loops; the dkr kernel checks its own) and give exactly the output and
+    every gradient of the same launches with the bounds checked; the mask as a block or as ranks, the positional term
+    as the band or one matmul's product, square tiles or tall ones with dk/dv held keys by rows, dropout drawn alike.
+    Shapes that are not whole tiles launch with EVEN off."""
     from xlnet_lite import triton_attention as ta
 
     launched = []
@@ -908,6 +944,45 @@ def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, ste
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", "dense")
     with pytest.raises(ValueError, match="POSITIONAL: 'dense' is not a form"):
         run()
+
+
+@triton.jit
+def added_in_fp32(s, pos, eye):
+    """_add_positional's other way, for the test: the positional scores added to the scores in fp32."""
+    return s + pos.to(tl.float32)
+
+
+@pytest.mark.parametrize("tall", [False, True])
+def test_16_bit_positional_scores_enter_the_scores_by_a_product_with_the_identity_exactly(monkeypatch, tall):
+    """The dense form's positional scores in 16 bits (fp16 here: the interpreter computes bf16 wrongly) reach each
+    tile's scores as tl.dot(pos, identity, scores) (_add_positional: on a GPU the tile goes to the tensor cores
+    through shared memory as the keys do): the output and every gradient bit for bit those of the same launches adding
+    them in fp32; the content stream by one matmul (square tiles, or tall ones with dk/dv held keys by rows) and the
+    caller's scores (the query stream's form)."""
+    from xlnet_lite import triton_attention as ta
+
+    monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul")
+    monkeypatch.setattr(ta, "WINDOW_ROWS", 16)
+    if tall:
+        tall_tiles(monkeypatch)
+    run = banded_step(seed=8, Q=32, M=16, ranks=True, dtype=torch.float16)
+    gen = torch.Generator().manual_seed(9)
+    qw, k, v, pos = (
+        torch.randn(*shape, generator=gen).half().requires_grad_()
+        for shape in ((B, 2, 21, 16), (B, 2, 40, 16), (B, 2, 40, 16), (B, 2, 21, 40))
+    )
+
+    def dense():
+        out = relative_attention(qw, k, v, pos=pos, qlen=21)
+        return out, torch.autograd.grad(out.float().square().sum(), (qw, k, v, pos))
+
+    results = [(run(), dense())]
+    monkeypatch.setattr(ta, "_add_positional", added_in_fp32)
+    results.append((run(), dense()))
+    (content, query), (content_added, query_added) = results
+    assert torch.equal(content[0], content_added[0]) and torch.equal(query[0], query_added[0])
+    for got, want in zip(content[1] + list(query[1]), content_added[1] + list(query_added[1])):
+        assert got.abs().max() > 0 and torch.equal(got, want)
 
 
 def test_kernel_settings_by_the_positional_terms_form():
