@@ -161,7 +161,16 @@ class AttentionInputs:
     fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
     no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
     ranks_h: "MaskRanks | None" = None  # blocked_h as ranks for the Triton kernels, where it has that form
+    seg_ids: int = 0  # the Triton kernels': segment ids in [0, seg_ids) where counted (eager), else 0
     ranks_g: "MaskRanks | None" = None  # and blocked_g's
+
+
+def segment_ids(seg_keys):
+    """How many segment ids there are, max id + 1, where none is negative (one sync); 0 for none or a negative id."""
+    if seg_keys is None:
+        return 0
+    lowest, highest = torch.stack(torch.aminmax(seg_keys)).tolist()
+    return highest + 1 if lowest >= 0 else 0
 
 
 def segment_dims(seg_keys, d_head, pad=None):
@@ -473,7 +482,9 @@ class XLNetLiteRelativeAttention(nn.Module):
             k = torch.cat([k, same_k], dim=-1)  # (B, N, K, D + C)
         return k, v, kr
 
-    def attend(self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, kernel):
+    def attend(
+        self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, kernel, seg_ids=0
+    ):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
 
         q (B, Q, N, D) with Q = T (content stream) or P (query stream, rows at query_pos). The segment term
@@ -512,6 +523,7 @@ class XLNetLiteRelativeAttention(nn.Module):
                 blocked=blocked,
                 query_pos=query_pos,
                 qlen=qlen,
+                seg_ids=seg_ids,
             ), None
         pos = positional_term(
             biased(q, v_bias) * self.scale, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos
@@ -557,6 +569,7 @@ class XLNetLiteRelativeAttention(nn.Module):
             biases=biases,
             seg_classes=attention_inputs.seg_classes,
             seg_keys=attention_inputs.seg_keys,
+            seg_ids=attention_inputs.seg_ids,
             qlen=T,
             kernel=kernel,
         )
@@ -717,13 +730,13 @@ def segment_gain(attn, q, b):
 TRITON_ATTENTION = "xlnet_lite_triton"
 
 
-def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen):
+def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen, seg_ids=0):
     """The attention core through xlnet_lite.triton_attention's fused kernels (CUDA; on a CPU only in Triton's
     interpreter). The content stream's positional term is computed inside them from the positional keys, a band per
     tile; the query stream's (its P rows at any positions) goes in as positional_term's (B, N, P, K) scores. The
     segment term, the masks and the dropout on the probabilities (its mask drawn inside by Philox, from a seed taken
     from torch's generator) are applied inside; no (B, N, T, K) score, probability or mask tensor is written, forward
-    or backward. q (B, N, Q, D) -> (B, Q, N*D)."""
+    or backward. seg_ids: the segment ids lie in [0, seg_ids) (0: not counted). q (B, N, Q, D) -> (B, Q, N*D)."""
     from .triton_attention import relative_attention
 
     k, v, kr = keys
@@ -742,6 +755,7 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
         gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale,
         seg_q=seg_q,
         seg_k=seg_keys,
+        seg_classes=seg_ids,
         blocked=blocked[:, 0] if torch.is_tensor(blocked) else blocked,  # a block, MaskRanks or None
         dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
@@ -1142,6 +1156,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             query_valid=query_valid,
             ranks_h=ranks_h,
             ranks_g=ranks_g,
+            seg_ids=segment_ids(seg_keys) if shortcuts and cfg._attn_implementation == TRITON_ATTENTION else 0,
         )
 
     def cache_positions(self, cache, *, qlen, klen, device):

@@ -127,6 +127,33 @@ def _add_positional(s, pos, eye):
 
 
 @triton.jit
+def _segment_rows(gain, seg_q, SEG_DIMS: tl.constexpr, dtype: tl.constexpr):
+    """(rows, SEG_DIMS): each row's gain at its segment id's column, 0 elsewhere, in dtype."""
+    return tl.where(seg_q[:, None] == tl.arange(0, SEG_DIMS)[None, :], gain[:, None], 0.0).to(dtype)
+
+
+@triton.jit
+def _segment_keys(seg_k, SEG_DIMS: tl.constexpr, dtype: tl.constexpr):
+    """(SEG_DIMS, keys): the keys' segment ids one-hot, by columns, in dtype."""
+    return (tl.arange(0, SEG_DIMS)[:, None] == seg_k[None, :]).to(dtype)
+
+
+@triton.jit
+def _add_segment(s, gain, seg_q, seg_k, SEG_DIMS: tl.constexpr, dtype: tl.constexpr):
+    """s (rows, keys) + gain_i where key j's segment is row i's, and what dq needs for dgain. SEG_DIMS 0: compared a
+    score, returning where they are the same (rows, keys). Else (the ids in [0, SEG_DIMS), 16-bit operands) one more
+    product on the tensor cores, the rows' gains one-hot by the keys' one-hot, as the SDPA path's extra head dims do
+    (the gain rounded to dtype as there): returns the keys' one-hot (_segment_keys)."""
+    if SEG_DIMS:
+        found = _segment_keys(seg_k, SEG_DIMS, dtype)
+        s = tl.dot(_segment_rows(gain, seg_q, SEG_DIMS, dtype), found, s)
+    else:
+        found = seg_q[:, None] == seg_k[None, :]
+        s += tl.where(found, gain[:, None], 0.0)
+    return s, found
+
+
+@triton.jit
 def _tile_scores(
     qw,
     qr,
@@ -175,6 +202,7 @@ def _tile_scores(
     EVEN: tl.constexpr,
     eye,
     POS_ROWS: tl.constexpr,
+    SEG_DIMS: tl.constexpr,
 ):
     """Scores of the (BLOCK_M, BLOCK_N) tile at rows m0.., keys n0.. in fp32, -inf where the key is blocked or past
     the keys; kt (BLOCK_D, BLOCK_N): its keys, transposed.
@@ -186,7 +214,8 @@ def _tile_scores(
     1). Rows a of the tile's row group g = a // B (row a' = a % B in it) read chunks W - 1 - g and W - g, at column
     c' = j - a' + B - 1 of the two side by side, as a square tile's rows read its two. Returns the scores, the chunk
     multiplied here (chunk W; in the dense form, a placeholder), its keys (BLOCK_D, B) (kt in the dense form) and
-    where the row's and the key's segments are the same (HAS_SEG; else a placeholder). eye: the dense form's
+    where the row's and the key's segments are the same, or the keys' one-hot segments (_add_segment; HAS_SEG, else a
+    placeholder). eye: the dense form's
     identity (_identity)."""
     krt_new = kt
     band_new = band_lo
@@ -213,8 +242,7 @@ def _tile_scores(
     same = 0
     if HAS_SEG:
         seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
-        same = seg_q[:, None] == seg_k[None, :]
-        s += tl.where(same, gain[:, None], 0.0)
+        s, same = _add_segment(s, gain, seg_q, seg_k, SEG_DIMS, qw.dtype)
     visible = inside
     if HAS_MASK:
         visible &= _unmasked(
@@ -433,6 +461,7 @@ def _attn_fwd(
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
     POS_ROWS: tl.constexpr,
+    SEG_DIMS: tl.constexpr,
 ):
     _nonempty(Q, K)
     pid_m, bn = tl.program_id(0), tl.program_id(1)
@@ -501,6 +530,7 @@ def _attn_fwd(
             EVEN,
             eye,
             POS_ROWS,
+            SEG_DIMS,
         )
         if BLOCK_M > BLOCK_N:  # the next tile's chunks 0 and 1: this one's 1 and 2
             band_lo, band_mid = band_mid, band_new
@@ -590,6 +620,7 @@ def _attn_bwd_dkdv(
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
     POS_ROWS: tl.constexpr,
+    SEG_DIMS: tl.constexpr,
 ):
     """dk and dv of one block of keys, over every block of queries. DK, DV: (B, N, K, D) contiguous.
 
@@ -638,7 +669,10 @@ def _attn_bwd_dkdv(
             else:
                 pos = _pos_at(POS, b, n, offs_m[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
                 s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
-            if HAS_SEG:
+            if HAS_SEG and SEG_DIMS:  # (keys, rows): the keys' one-hot by the rows' gains
+                keys_1h = tl.trans(_segment_keys(seg_k, SEG_DIMS, qw.dtype))
+                s = tl.dot(keys_1h, tl.trans(_segment_rows(gain, seg_q, SEG_DIMS, qw.dtype)), s)
+            elif HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
             visible = inside
             if HAS_MASK:
@@ -719,6 +753,7 @@ def _attn_bwd_dkdv(
                 EVEN,
                 eye,
                 POS_ROWS,
+                SEG_DIMS,
             )
             p = _exp(s, lse[:, None])  # (BLOCK_M, BLOCK_N); 0 in rows with no key (lse = inf)
             dp = tl.dot(do, vt, input_precision=PREC)
@@ -804,6 +839,7 @@ def _attn_bwd_dq(
     DKR_ATOMIC: tl.constexpr,
     EVEN: tl.constexpr,
     POS_ROWS: tl.constexpr,
+    SEG_DIMS: tl.constexpr,
 ):
     """dqw, dqr, dgain of one block of queries over every block of keys; in the dense form the (B, N, Q, K)
     positional scores' gradient DPOS too. The banded form's dkr is _attn_bwd_dkr's, or with DKR_ATOMIC added here
@@ -821,6 +857,8 @@ def _attn_bwd_dq(
     dqw = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dqr = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dgain = tl.zeros([BLOCK_M], tl.float32)
+    if SEG_DIMS:  # dgain by segment: the score gradient times the keys' one-hot, a product a tile
+        dseg = tl.zeros([BLOCK_M, SEG_DIMS], tl.float32)
     # column j of a tile's first half of distances holds, in row a, key j + a - (B - 1) of the tile; of its second
     # half key j + a + 1. The scores' gradient read so gives dqr = sum over distances of dS times the positional key;
     # a distance is the second half of one tile and the first of the next, so its two parts are summed (carry) and
@@ -890,6 +928,7 @@ def _attn_bwd_dq(
             EVEN,
             eye,
             POS_ROWS,
+            SEG_DIMS,
         )
         p = _exp(s, lse[:, None])
         dp = tl.dot(do, vt, input_precision=PREC)
@@ -920,7 +959,9 @@ def _attn_bwd_dq(
                 ds.to(DPOS.dtype.element_ty),
                 mask=_below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :],
             )
-        if HAS_SEG:
+        if HAS_SEG and SEG_DIMS:
+            dseg += tl.dot(ds.to(kt.dtype), tl.trans(same), input_precision=PREC)
+        elif HAS_SEG:
             dgain += tl.sum(tl.where(same, ds, 0.0), 1)
     if BAND:  # the last tile's chunks past its first
         dqr += tl.dot(carry.to(kr_lo.dtype), tl.trans(kr_lo), input_precision=PREC)
@@ -934,6 +975,8 @@ def _attn_bwd_dq(
     tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
     tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
     if HAS_SEG:
+        if SEG_DIMS:  # each row's own segment's part
+            dgain = tl.sum(tl.where(seg_q[:, None] == tl.arange(0, SEG_DIMS)[None, :], dseg, 0.0), 1)
         tl.store(DGAIN + bn * Q + offs_m, dgain, mask=offs_m < Q)
 
 
@@ -1141,6 +1184,8 @@ def positional_form(device, dtype):
     return form
 
 
+SEG_DIMS = 16  # one-hot dims of the segment term by a product (relative_attention's seg_classes): tl.dot's least K
+
 WINDOW_ROWS = 64  # rows of queries a window of the positional product (POSITIONAL "matmul") serves
 
 
@@ -1244,18 +1289,19 @@ def _tiled(kernel, qw, K, flags):
 # (fullgraph), placing the launches in its graph, and fuses the work around them.
 _FORWARD_SCHEMA = (
     "(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
-    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen, int mask_diagonal) -> (Tensor, Tensor)"
+    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen, int mask_diagonal, int seg_dims) "
+    "-> (Tensor, Tensor)"
 )
 _BACKWARD_SCHEMA = (
     "(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
     "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, "
-    "Tensor lse, int qlen, int mask_diagonal) -> "
+    "Tensor lse, int qlen, int mask_diagonal, int seg_dims) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
-def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal):
+def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal, seg_dims):
     """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
     (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) or all three
     None; blocked (B or 1, Q, K) bool, or the mask as ranks (B or 1, Q + K) int32 with mask_diagonal (MaskRanks), or
@@ -1266,7 +1312,7 @@ def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p
     out, lse = _forward_outputs(qw)
     if kr is not None and positional_form(qw.device, qw.dtype) == "matmul":  # the kernels' dense form, read shifted
         pos, kr = _positional_windows(qr, kr, qlen, k.shape[2]), None
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal, seg_dims)
     rows, _, tiled = _tiled("forward", qw, k.shape[2], args.flags)
     _attn_fwd[(triton.cdiv(Q, rows), B * N)](
         *args.pointers,
@@ -1294,7 +1340,9 @@ def _forward_outputs(qw, *args):
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, out, lse, qlen, mask_diagonal):
+def _backward(
+    dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, out, lse, qlen, mask_diagonal, seg_dims
+):
     """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
     K = k.shape[2]
@@ -1308,7 +1356,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
         dfull = torch.zeros_like(pos.full)
         dpos_shifted = pos.pointer(dfull)
         kr_rows, R, kr = kr.shape[0], kr.shape[-1], None
-    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal)
+    args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal, seg_dims)
     dkr_atomic = (
         kr is not None
         and launch_settings(qw.device, qw.dtype)["dkr"] is None
@@ -1389,7 +1437,7 @@ def _backward(dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dr
             kr.shape[0],
             BLOCK=block,
             BLOCK_D=_block_d(D),
-            **{flag: value for flag, value in args.flags.items() if flag not in ("BAND", "POS_ROWS")},
+            **{flag: value for flag, value in args.flags.items() if flag not in ("BAND", "POS_ROWS", "SEG_DIMS")},
             **launch,
         )
     if matmul:  # back through the product, window by window: dqr = dfull right^T, dkr = left^T dfull
@@ -1423,9 +1471,9 @@ def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
 
 
 def _setup_context(ctx, inputs, output):
-    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal = inputs
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal, seg_dims = inputs
     ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, *output)
-    ctx.dropout_p, ctx.qlen, ctx.mask_diagonal = dropout_p, qlen, mask_diagonal
+    ctx.dropout_p, ctx.qlen, ctx.mask_diagonal, ctx.seg_dims = dropout_p, qlen, mask_diagonal, seg_dims
 
 
 def _gradients(ctx, dout, _dlse):
@@ -1448,6 +1496,7 @@ def _gradients(ctx, dout, _dlse):
         lse,
         ctx.qlen,
         ctx.mask_diagonal,
+        ctx.seg_dims,
     )
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
@@ -1460,6 +1509,7 @@ def _gradients(ctx, dout, _dlse):
         grad_kr,
         dpos if kr is None else None,
         dgain if gain is not None else None,
+        None,
         None,
         None,
         None,
@@ -1504,9 +1554,9 @@ class _Operands:
         self.R, self.diag, self.flags = R, diag, flags
 
 
-def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal):
+def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal, seg_dims):
     """pos: the caller's (B, N, Q, K) positional scores, _Windows (the product's, POSITIONAL "matmul") or None (the
-    band, with kr)."""
+    band, with kr); seg_dims: the segment term's one-hot width (SEG_DIMS), 0 to compare the ids."""
     band = kr is not None
     stub = qw
     kr_ = kr if band else stub.new_zeros(1, 1, 1, 1)
@@ -1562,6 +1612,7 @@ def _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_
         PREC=prec,
         HAS_DROPOUT=dropout_p > 0,
         POS_ROWS=pos_rows,
+        SEG_DIMS=seg_dims if has_seg else 0,
     )
     return _Operands(pointers, strides, (*before_pos, *after_pos), R, mask_diagonal, flags)
 
@@ -1572,7 +1623,20 @@ def _out_strides(out):
 
 
 def relative_attention(
-    qw, k, v, *, qr=None, kr=None, pos=None, gain=None, seg_q=None, seg_k=None, blocked=None, dropout_p=0.0, qlen
+    qw,
+    k,
+    v,
+    *,
+    qr=None,
+    kr=None,
+    pos=None,
+    gain=None,
+    seg_q=None,
+    seg_k=None,
+    seg_classes=None,
+    blocked=None,
+    dropout_p=0.0,
+    qlen,
 ):
     """softmax(qw k^T + positional term + segment term, blocked keys -inf) v, fused: see the module docstring.
 
@@ -1581,6 +1645,9 @@ def relative_attention(
     (query i at position i; the kernels compute it a band at a time, or with POSITIONAL "matmul" read it from one
     matmul of the two), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled
     segment term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None);
+    seg_classes: where the caller knows every id to lie in [0, seg_classes) (the model counts them), at most
+    SEG_DIMS, the 16-bit kernels add the segment term by one more tensor-core product of one-hot dims (the gain
+    rounded to the inputs' dtype, as the SDPA path's extra head dims round it) instead of comparing ids a score;
     blocked (B or 1, Q, K) bool, or the same mask as MaskRanks (mask_ranks: two vectors the kernels compare instead
     of reading a block of the mask a tile); dropout_p: dropout on the probabilities (after the softmax, inverted), its
     mask drawn by Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D);
@@ -1618,4 +1685,9 @@ def relative_attention(
     diagonal = NO_DIAGONAL
     if isinstance(blocked, MaskRanks):
         blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
-    return _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal)[0]
+    seg_dims = 0
+    if gain is not None and seg_classes and seg_classes <= SEG_DIMS and dtype != torch.float32:
+        seg_dims, gain = SEG_DIMS, gain.to(dtype).float()  # every kernel, comparing or by the product, adds it so
+    return _forward(
+        qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal, seg_dims
+    )[0]

@@ -322,6 +322,7 @@ OTHER_SETTINGS = (
     "dk_dv_keys_major",
     "positional_matmul_64x64",
     "positional_matmul_whole_tiles",
+    "positional_matmul_segments_by_product",
 )
 
 
@@ -334,7 +335,8 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     atomic adds), with the forward, dk/dv and dq at tiles of 64 rows by 32 keys (two chunks of distances carried
     along the keys; warpgroup MMA on an H100), with dk/dv at 32 rows by 64 keys held keys by rows, and with the
     positional term as one matmul's product read shifted (POSITIONAL "matmul", bf16 rounding that product as the SDPA
-    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked)."""
+    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked), and with the
+    segment ids' count given (seg_classes: bf16 adds the segment term by a product of one-hot dims)."""
     from xlnet_lite import triton_attention as ta
 
     gen, rand = seeded(2, dtype)
@@ -366,8 +368,19 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
             for kernel, setting in settings.items():
                 monkeypatch.setitem(table, kernel, setting)
             monkeypatch.setitem(ta.POSITIONAL, where, positional)
+            seg_classes = 2 if settings is not default and change.endswith("segments_by_product") else None
             out = ta.relative_attention(
-                qw, k, v, qr=qr, kr=kr, gain=gain, seg_q=seg_q, seg_k=seg_k, blocked=blocked, qlen=Q
+                qw,
+                k,
+                v,
+                qr=qr,
+                kr=kr,
+                gain=gain,
+                seg_q=seg_q,
+                seg_k=seg_k,
+                seg_classes=seg_classes,
+                blocked=blocked,
+                qlen=Q,
             )
             results.append((out, *torch.autograd.grad((out * grad_out).sum(), inputs)))
         for name, a, b in zip(("out", "qw", "qr", "k", "v", "kr", "gain"), *results):

@@ -219,16 +219,26 @@ def test_the_content_stream_takes_ranks_of_its_own_where_its_mask_nests():
             assert torch.equal(as_block(query, P).expand(B, -1, -1), rows)
 
 
+def test_the_model_counts_the_segment_ids_for_the_kernels():
+    """segment_ids: max id + 1 where no id is negative (the kernels' one-hot dims need ids in [0, count)); 0 for a
+    negative id or no ids (the kernels compare them)."""
+    from xlnet_lite.modeling_xlnet_lite import segment_ids
+
+    assert segment_ids(torch.tensor([[0, 2, 1], [4, 0, 0]])) == 5
+    assert segment_ids(torch.tensor([[0, -1, 1]])) == 0 and segment_ids(None) == 0
+
+
 def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block_otherwise(monkeypatch):
     """Both streams of a pretraining batch (factorization masks, segments, left padding, a memory of 5) reach the
-    kernels as MaskRanks, and a perm_mask of no factorization order as the block; transformers' logits either way."""
+    kernels as MaskRanks, and a perm_mask of no factorization order as the block, with the segment ids counted;
+    transformers' logits either way."""
     import xlnet_lite.triton_attention as triton_attention
 
     seen = []
     original = triton_attention.relative_attention
 
     def spy(*args, blocked=None, **kwargs):
-        seen.append(type(blocked).__name__)
+        seen.append((type(blocked).__name__, kwargs["seg_classes"]))
         return original(*args, blocked=blocked, **kwargs)
 
     monkeypatch.setattr(triton_attention, "relative_attention", spy)
@@ -243,7 +253,8 @@ def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block
         with torch.no_grad():
             a, b = hf(**inputs, mems=first_hf.mems), lite(**inputs, mems=first_lite.mems)
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
-        assert seen == [kind] * 3  # both streams of the first layer; the last computes the query stream only
+        # both streams of the first layer (the last computes the query stream only); ids 0, 1, 2 counted
+        assert seen == [(kind, 3)] * 3
 
 
 def pretraining_batch(seed, length=T, targets=P):
@@ -839,7 +850,7 @@ def test_the_operator_refuses_layouts_its_kernels_do_not_take():
     qw, k, v = torch.randn(batch, N, Q, D), torch.randn(batch, N, K, D), torch.randn(batch, N, K, D)
 
     def forward(qr, kr=None, pos=None):
-        return ta._forward(qw, qr, k, v, kr, pos, None, None, None, None, None, 0.0, Q, ta.NO_DIAGONAL)
+        return ta._forward(qw, qr, k, v, kr, pos, None, None, None, None, None, 0.0, Q, ta.NO_DIAGONAL, 0)
 
     cases = [
         (dict(qr=qw.transpose(2, 3).contiguous().transpose(2, 3), kr=torch.randn(1, N, D, Q + K)), "qr laid out"),
@@ -983,6 +994,62 @@ def test_16_bit_positional_scores_enter_the_scores_by_a_product_with_the_identit
     assert torch.equal(content[0], content_added[0]) and torch.equal(query[0], query_added[0])
     for got, want in zip(content[1] + list(query[1]), content_added[1] + list(query_added[1])):
         assert got.abs().max() > 0 and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("form, tall", [("band", False), ("matmul", False), ("matmul", True), ("dense", False)])
+def test_the_segment_term_by_a_one_hot_product_gives_the_comparisons_results(monkeypatch, form, tall):
+    """seg_classes (the ids in [0, seg_classes), at most SEG_DIMS) with 16-bit operands (fp16: the interpreter
+    computes bf16 wrongly): the forward, dk/dv and dq add the segment term by one more product of one-hot dims and dq
+    takes dgain from the score gradient times the keys' one-hot. The output and the gradients of qw, qr, k, v and
+    the positional term bit for bit those of comparing the ids with the gain rounded to fp16 alike, dgain to the
+    fp16 rounding of the score gradient; the content stream banded (its dkr kernel comparing) or by one matmul,
+    square tiles or tall ones, and the caller's scores (the query stream's form). More classes than SEG_DIMS, or
+    fp32, compare."""
+    from xlnet_lite import triton_attention as ta
+
+    monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul" if form == "matmul" else "band")
+    monkeypatch.setattr(ta, "WINDOW_ROWS", 16)
+    if tall:
+        tall_tiles(monkeypatch)
+    gen = torch.Generator().manual_seed(12)
+    N, Q, M, D = 2, 32, 16, 16
+    K = Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    operands = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D))
+    if form == "dense":
+        operands.update(pos=rand(B, N, Q, K))
+    else:
+        operands.update(qr=rand(B, N, Q, D), kr=rand(1, N, D, Q + K))
+    gain = rand(B, N, Q)
+    seg_q, seg_k = torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
+    blocked = rand(B, Q, K) < 0.4
+    grad = rand(B, Q, N, D)
+    launched = []
+    logged_launches(monkeypatch, launched, "SEG_DIMS")
+
+    def run(seg_classes, gain, dtype=torch.float16):
+        leaves = {name: t.to(dtype).requires_grad_() for name, t in operands.items()}
+        leaves["gain"] = gain.clone().requires_grad_()
+        out = relative_attention(**leaves, seg_q=seg_q, seg_k=seg_k, seg_classes=seg_classes, blocked=blocked, qlen=Q)
+        return out, torch.autograd.grad((out.float() * grad).sum(), list(leaves.values()))
+
+    out, grads = run(3, gain)
+    assert {flag for name, flag in launched if name != "_attn_bwd_dkr"} == {ta.SEG_DIMS}
+    launched.clear()
+    compared_out, compared = run(None, gain.half().float())
+    assert {flag for name, flag in launched if name != "_attn_bwd_dkr"} == {0}
+    assert torch.equal(out, compared_out)
+    for got, want in zip(grads[:-1], compared[:-1]):
+        assert got.abs().max() > 0 and torch.equal(got, want)
+    torch.testing.assert_close(grads[-1], compared[-1], atol=2e-3, rtol=1e-2)
+    assert not torch.equal(grads[-1], compared[-1])  # the score gradient rounded to fp16 for the product
+    for seg_classes, dtype in ((ta.SEG_DIMS + 1, torch.float16), (3, torch.float32)):
+        launched.clear()
+        run(seg_classes, gain, dtype)
+        assert {flag for name, flag in launched if name != "_attn_bwd_dkr"} == {0}
 
 
 def test_kernel_settings_by_the_positional_terms_form():
@@ -1149,7 +1216,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 26 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 28 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
