@@ -133,20 +133,31 @@ def _segment_rows(gain, seg_q, SEG_DIMS: tl.constexpr, dtype: tl.constexpr):
 
 
 @triton.jit
-def _segment_keys(seg_k, SEG_DIMS: tl.constexpr, dtype: tl.constexpr):
-    """(SEG_DIMS, keys): the keys' segment ids one-hot, by columns, in dtype."""
-    return (tl.arange(0, SEG_DIMS)[:, None] == seg_k[None, :]).to(dtype)
+def _segment_keys(SEGK, b, ssk_b, keys, K, SEG_DIMS: tl.constexpr, EVEN: tl.constexpr):
+    """The keys' segments (keys: a vector of key indices): their ids (B, K), or with SEG_DIMS their one-hot
+    (SEG_DIMS, keys) from SEGK (B, SEG_DIMS, K) (relative_attention makes it: a tile of it travels as the keys do);
+    keys outside [0, K) in no segment (id -1, or a zero column)."""
+    if EVEN:
+        ok = _below(keys, K, EVEN)
+    else:
+        ok = (keys >= 0) & (keys < K)
+    if SEG_DIMS:
+        dims = tl.arange(0, SEG_DIMS)[:, None]
+        found = tl.load(SEGK + b * ssk_b + dims * K + keys[None, :], mask=ok[None, :], other=0.0)
+    else:
+        found = tl.load(SEGK + b * ssk_b + keys, mask=ok, other=-1)
+    return found
 
 
 @triton.jit
-def _add_segment(s, gain, seg_q, seg_k, SEG_DIMS: tl.constexpr, dtype: tl.constexpr):
-    """s (rows, keys) + gain_i where key j's segment is row i's, and what dq needs for dgain. SEG_DIMS 0: compared a
-    score, returning where they are the same (rows, keys). Else (the ids in [0, SEG_DIMS), 16-bit operands) one more
-    product on the tensor cores, the rows' gains one-hot by the keys' one-hot, as the SDPA path's extra head dims do
-    (the gain rounded to dtype as there): returns the keys' one-hot (_segment_keys)."""
+def _add_segment(s, gain, seg_q, seg_k, SEG_DIMS: tl.constexpr):
+    """s (rows, keys) + gain_i where key j's segment is row i's (seg_k: _segment_keys'), and what dq needs for dgain.
+    SEG_DIMS 0: compared a score, returning where they are the same (rows, keys). Else (the ids in [0, SEG_DIMS),
+    16-bit operands) one more product on the tensor cores, the rows' gains one-hot by the keys' one-hot, as the SDPA
+    path's extra head dims do (the gain rounded to the operands' dtype as there): returns the keys' one-hot."""
     if SEG_DIMS:
-        found = _segment_keys(seg_k, SEG_DIMS, dtype)
-        s = tl.dot(_segment_rows(gain, seg_q, SEG_DIMS, dtype), found, s)
+        s = tl.dot(_segment_rows(gain, seg_q, SEG_DIMS, seg_k.dtype), seg_k, s)
+        found = seg_k
     else:
         found = seg_q[:, None] == seg_k[None, :]
         s += tl.where(found, gain[:, None], 0.0)
@@ -241,8 +252,7 @@ def _tile_scores(
         s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
     same = 0
     if HAS_SEG:
-        seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=_below(offs_n, K, EVEN), other=-1)
-        s, same = _add_segment(s, gain, seg_q, seg_k, SEG_DIMS, qw.dtype)
+        s, same = _add_segment(s, gain, seg_q, _segment_keys(SEGK, b, ssk_b, offs_n, K, SEG_DIMS, EVEN), SEG_DIMS)
     visible = inside
     if HAS_MASK:
         visible &= _unmasked(
@@ -644,7 +654,7 @@ def _attn_bwd_dkdv(
         # (key j, row a): distance - base
         row_of = tl.arange(0, BLOCK_N)[:, None] - tl.arange(0, BLOCK_M)[None, :] + (BLOCK_M - 1)
         eye = _identity(POS, BLOCK_M)
-        seg_k = tl.load(SEGK + b * ssk_b + offs_n, mask=offs_n < K, other=-1) if HAS_SEG else 0
+        seg_k = _segment_keys(SEGK, b, ssk_b, offs_n, K, SEG_DIMS, EVEN) if HAS_SEG else 0
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
@@ -670,8 +680,7 @@ def _attn_bwd_dkdv(
                 pos = _pos_at(POS, b, n, offs_m[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
                 s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
             if HAS_SEG and SEG_DIMS:  # (keys, rows): the keys' one-hot by the rows' gains
-                keys_1h = tl.trans(_segment_keys(seg_k, SEG_DIMS, qw.dtype))
-                s = tl.dot(keys_1h, tl.trans(_segment_rows(gain, seg_q, SEG_DIMS, qw.dtype)), s)
+                s = tl.dot(tl.trans(seg_k), tl.trans(_segment_rows(gain, seg_q, SEG_DIMS, seg_k.dtype)), s)
             elif HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
             visible = inside
@@ -1034,6 +1043,7 @@ def _attn_bwd_dkr(
     RANKED: tl.constexpr,
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
+    SEG_DIMS: tl.constexpr,
 ):
     """The banded form's dkr for one block of BLOCK distances r0.. of one head, summed over every query and the
     batch rows sharing these positional keys (all B when kr is shared, kr_rows = 1; its own row when kr_rows = B):
@@ -1075,8 +1085,7 @@ def _attn_bwd_dkr(
             keys = j0 + offs_t
             qk = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK, 2 BLOCK)
             if HAS_SEG:
-                seg_k = tl.load(SEGK + b * ssk_b + keys, mask=(keys >= 0) & (keys < K), other=-1)
-                qk += tl.where(seg_q[:, None] == seg_k[None, :], gain[:, None], 0.0)
+                qk, _ = _add_segment(qk, gain, seg_q, _segment_keys(SEGK, b, ssk_b, keys, K, SEG_DIMS, False), SEG_DIMS)
             visible = ((keys >= 0) & (keys < K))[None, :] & (offs_m < Q)[:, None]
             if HAS_MASK:
                 band = (offs_t[None, :] >= offs_a[:, None]) & (offs_t[None, :] < offs_a[:, None] + BLOCK)  # read
@@ -1303,10 +1312,10 @@ _BACKWARD_SCHEMA = (
 @torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
 def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal, seg_dims):
     """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
-    (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) or all three
-    None; blocked (B or 1, Q, K) bool, or the mask as ranks (B or 1, Q + K) int32 with mask_diagonal (MaskRanks), or
-    None; seed (1,) int64, the dropout's, or None with dropout_p 0. Returns out (B, Q, N, D) and the rows'
-    log-sum-exp (B, N, Q)."""
+    (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) int32 (or with
+    seg_dims its one-hot (B, seg_dims, K) in qw's dtype) or all three None; blocked (B or 1, Q, K) bool, or the mask
+    as ranks (B or 1, Q + K) int32 with mask_diagonal (MaskRanks), or None; seed (1,) int64, the dropout's, or None
+    with dropout_p 0. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
     _check_layout(qw, qr, k, v, kr, pos, gain, blocked)
     out, lse = _forward_outputs(qw)
@@ -1437,7 +1446,7 @@ def _backward(
             kr.shape[0],
             BLOCK=block,
             BLOCK_D=_block_d(D),
-            **{flag: value for flag, value in args.flags.items() if flag not in ("BAND", "POS_ROWS", "SEG_DIMS")},
+            **{flag: value for flag, value in args.flags.items() if flag not in ("BAND", "POS_ROWS")},
             **launch,
         )
     if matmul:  # back through the product, window by window: dqr = dfull right^T, dkr = left^T dfull
@@ -1687,7 +1696,8 @@ def relative_attention(
         blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
     seg_dims = 0
     if gain is not None and seg_classes and seg_classes <= SEG_DIMS and dtype != torch.float32:
-        seg_dims, gain = SEG_DIMS, gain.to(dtype).float()  # every kernel, comparing or by the product, adds it so
+        seg_dims, gain = SEG_DIMS, gain.to(dtype).float()  # the gain as the product adds it
+        seg_k = torch.nn.functional.one_hot(seg_k.long(), SEG_DIMS).to(dtype).transpose(1, 2).contiguous()
     return _forward(
         qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal, seg_dims
     )[0]
