@@ -1194,6 +1194,11 @@ def positional_form(device, dtype):
 
 
 SEG_DIMS = 16  # one-hot dims of the segment term by a product (relative_attention's seg_classes): tl.dot's least K
+# The product only where the forward, dk/dv and dq all take tiles of at least this many rows (on an H100 warpgroup
+# MMA, each warp whole rows): compiled for sm_90 (benchmarks/triton_resources.py) it takes 0.69x the instructions of
+# comparing the ids a score at 64 x 64 in dq, 0.85x in the forward, but at 32-row tiles (mma.sync, the warps side by
+# side along the keys) 1.33x in dq and more in all.
+SEG_PRODUCT_ROWS = 64
 
 WINDOW_ROWS = 64  # rows of queries a window of the positional product (POSITIONAL "matmul") serves
 
@@ -1655,8 +1660,9 @@ def relative_attention(
     matmul of the two), or pos (B, N, Q, K), the positional scores already shifted; gain (B, N, Q): the scaled
     segment term a same-segment key adds, with seg_q (B, Q) and seg_k (B, K) the segment ids (or all three None);
     seg_classes: where the caller knows every id to lie in [0, seg_classes) (the model counts them), at most
-    SEG_DIMS, the 16-bit kernels add the segment term by one more tensor-core product of one-hot dims (the gain
-    rounded to the inputs' dtype, as the SDPA path's extra head dims round it) instead of comparing ids a score;
+    SEG_DIMS, the 16-bit kernels at tiles of SEG_PRODUCT_ROWS rows or more add the segment term by one more
+    tensor-core product of one-hot dims (the gain rounded to the inputs' dtype, as the SDPA path's extra head dims
+    round it) instead of comparing ids a score;
     blocked (B or 1, Q, K) bool, or the same mask as MaskRanks (mask_ranks: two vectors the kernels compare instead
     of reading a block of the mask a tile); dropout_p: dropout on the probabilities (after the softmax, inverted), its
     mask drawn by Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D);
@@ -1695,7 +1701,15 @@ def relative_attention(
     if isinstance(blocked, MaskRanks):
         blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
     seg_dims = 0
-    if gain is not None and seg_classes and seg_classes <= SEG_DIMS and dtype != torch.float32:
+    band = kr is not None and positional_form(qw.device, dtype) == "band"
+    rows = min(_launch(kernel, qw.device, dtype, band)[0] for kernel in ("forward", "dk_dv", "dq"))
+    if (
+        gain is not None
+        and seg_classes
+        and seg_classes <= SEG_DIMS
+        and dtype != torch.float32
+        and rows >= SEG_PRODUCT_ROWS
+    ):
         seg_dims, gain = SEG_DIMS, gain.to(dtype).float()  # the gain as the product adds it
         seg_k = torch.nn.functional.one_hot(seg_k.long(), SEG_DIMS).to(dtype).transpose(1, 2).contiguous()
     return _forward(

@@ -1003,10 +1003,12 @@ def test_the_segment_term_by_a_one_hot_product_gives_the_comparisons_results(mon
     takes dgain from the score gradient times the keys' one-hot. The output and the gradients of qw, qr, k, v and
     the positional term bit for bit those of comparing the ids with the gain rounded to fp16 alike, dgain to the
     fp16 rounding of the score gradient; the content stream banded (its dkr kernel comparing) or by one matmul,
-    square tiles or tall ones, and the caller's scores (the query stream's form). More classes than SEG_DIMS, or
-    fp32, compare."""
+    square tiles or tall ones, and the caller's scores (the query stream's form), at the interpreter's tiles (16 rows;
+    SEG_PRODUCT_ROWS lowered to them). More classes than SEG_DIMS, fp32, or tiles of fewer rows than
+    SEG_PRODUCT_ROWS compare."""
     from xlnet_lite import triton_attention as ta
 
+    monkeypatch.setattr(ta, "SEG_PRODUCT_ROWS", 16)
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul" if form == "matmul" else "band")
     monkeypatch.setattr(ta, "WINDOW_ROWS", 16)
     if tall:
@@ -1046,7 +1048,12 @@ def test_the_segment_term_by_a_one_hot_product_gives_the_comparisons_results(mon
         assert got.abs().max() > 0 and torch.equal(got, want)
     torch.testing.assert_close(grads[-1], compared[-1], atol=2e-3, rtol=1e-2)
     assert not torch.equal(grads[-1], compared[-1])  # the score gradient rounded to fp16 for the product
-    for seg_classes, dtype in ((ta.SEG_DIMS + 1, torch.float16), (3, torch.float32)):
+    for seg_classes, dtype, rows in (
+        (ta.SEG_DIMS + 1, torch.float16, 16),
+        (3, torch.float32, 16),
+        (3, torch.float16, 32),
+    ):
+        monkeypatch.setattr(ta, "SEG_PRODUCT_ROWS", rows)
         launched.clear()
         run(seg_classes, gain, dtype)
         assert {flag for name, flag in launched if name != "_attn_bwd_dkr"} == {0}
