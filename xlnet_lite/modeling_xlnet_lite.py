@@ -161,8 +161,8 @@ class AttentionInputs:
     fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
     no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
     ranks_h: "MaskRanks | None" = None  # blocked_h as ranks for the Triton kernels, where it has that form
-    seg_ids: int = 0  # the Triton kernels': segment ids in [0, seg_ids) where counted (eager), else 0
     ranks_g: "MaskRanks | None" = None  # and blocked_g's
+    seg_ids: int = 0  # for the Triton kernels: the segment ids lie in [0, seg_ids) where counted (eager), else 0
 
 
 def segment_ids(seg_keys):

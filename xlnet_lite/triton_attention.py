@@ -31,7 +31,9 @@ Where the queries and keys fill whole tiles and the head size is a power of two 
 and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions.
 The dense form's positional scores in 16 bits enter each tile's scores as a product with the identity
 (tl.dot(pos, eye, s): exact), so that they travel as the keys do, loaded ahead into shared memory by Triton's software
-pipeline and read by the tensor cores, with no conversion or change of layout a score.
+pipeline and read by the tensor cores, with no conversion or change of layout a score. Where the caller counts the
+segment ids (seg_classes) and the tiles have SEG_PRODUCT_ROWS rows, the segment term is one more such product, of
+one-hot dims, in place of a comparison a score.
 
 Inputs are projected and biased by the caller (autograd takes the biases' gradients), so the kernels see plain
 tensors. Dropout on the probabilities is drawn inside (Philox, from a seed and each score's index, so the backward
