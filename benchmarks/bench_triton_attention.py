@@ -80,6 +80,7 @@ def make_inputs(shape, device, dtype, seed=0):
         gain=rand(B, N, Q, scale=0.1),
         seg_q=segments[:, M:].to(device),
         seg_k=segments.to(device),
+        seg_classes=2,  # the ids counted, as the model counts them in eager mode
         blocked=blocked.to(device),
         ranks=MaskRanks(ranks.ranks.to(device), ranks.diagonal),
         grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype),
@@ -109,6 +110,7 @@ def triton_path(x, dropout, ranks=False):
         gain=x["gain"],
         seg_q=x["seg_q"],
         seg_k=x["seg_k"],
+        seg_classes=x["seg_classes"],
         blocked=x["ranks"] if ranks else x["blocked"],
         dropout_p=dropout,
         qlen=x["Q"],

@@ -193,7 +193,11 @@ def attention(x, variant):
     positional = dict(qr=x["qr"], kr=x["kr"])
     if variant == "dense":
         positional = dict(pos=positional_term(x["qr"], x["kr"], qlen=x["Q"], klen=x["K"], query_pos=None))
-    segments = {} if variant == "noseg" else dict(gain=x["gain"], seg_q=x["seg_q"], seg_k=x["seg_k"])
+    segments = (
+        {}
+        if variant == "noseg"
+        else dict(gain=x["gain"], seg_q=x["seg_q"], seg_k=x["seg_k"], seg_classes=x["seg_classes"])
+    )
     blocked = {"block": x["blocked"], "nomask": None}.get(variant, x["ranks"])
     return relative_attention(
         x["qw"],
