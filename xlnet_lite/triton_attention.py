@@ -1230,6 +1230,15 @@ class _Windows(NamedTuple):
         """The tensor (full, or its gradient) from the first score on, for the kernels' pointer."""
         return tensor.view(-1)[self.offset :]
 
+    def zero_outside(self, grad, Q, K):
+        """Zero what the kernels never write of a gradient laid out as full (dq writes each row's K scores): row a of
+        a window holds them at columns rows - a .. rows - a + K - 1, so columns below rows and past K hold none, nor
+        the rows past Q (the last block's, the first window). The gradient's other 85% (`base`) need no clearing."""
+        windows = grad.view(*grad.shape[:-2], -1, self.rows, grad.shape[-1])  # (.., nb, B or 1, rows, width)
+        windows[..., : self.rows].zero_()
+        windows[..., K + 1 :].zero_()
+        windows.select(-4, 0)[..., Q - (windows.shape[-4] - 1) * self.rows :, :].zero_()
+
 
 def _positional_windows(qr, kr, qlen, K):
     """_Windows of qr and kr for K keys: block m of queries (rows m * rows..) reads distances from qlen - (m + 1) rows
@@ -1369,7 +1378,8 @@ def _backward(
     matmul = kr is not None and positional_form(qw.device, qw.dtype) == "matmul"
     if matmul:  # the product made again; dq writes its gradient shifted, into the product's layout
         pos = _positional_windows(qr, kr, qlen, K)
-        dfull = torch.zeros_like(pos.full)
+        dfull = torch.empty_like(pos.full)
+        pos.zero_outside(dfull, Q, K)
         dpos_shifted = pos.pointer(dfull)
         kr_rows, R, kr = kr.shape[0], kr.shape[-1], None
     args = _operands(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, mask_diagonal, seg_dims)

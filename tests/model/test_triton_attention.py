@@ -928,7 +928,8 @@ def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, ste
     distances past R or below 0, positional keys shared or per row, dropout drawn alike; also with the forward and dq
     at 32 rows by 16 keys and dk/dv at 16 rows by 32 held keys by rows (bench_triton_kernels' 32x64/4/3/matmul,
     scaled), and at tiles of four times as many rows as keys or keys as rows, which only the dense form takes (the
-    band refuses them in one line). A form the kernels do not take is refused by name."""
+    band refuses them in one line); with new tensors NaN until written (the backward clears only what dq leaves of
+    the product's gradient). A form the kernels do not take is refused by name."""
     from xlnet_lite import triton_attention as ta
 
     step = dict(step)
@@ -946,7 +947,10 @@ def test_positional_scores_by_one_matmul_give_the_bands_results(monkeypatch, ste
     launched = []
     logged_launches(monkeypatch, launched, "BAND")
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", "matmul")
+    empty_like = torch.empty_like  # what the backward leaves uncleared of the product's gradient: NaN, found
+    monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: empty_like(*args, **kwargs).fill_(float("nan")))
     out, grads = run()
+    monkeypatch.setattr(torch, "empty_like", empty_like)
     assert launched == [("_attn_fwd", False), ("_attn_bwd_dkdv", False), ("_attn_bwd_dq", False)]
     torch.testing.assert_close(out, reference[0], atol=1e-5, rtol=1e-5)
     for name, g, r in zip(("qw", "k", "v", "qr", "kr", "gain"), grads, reference[1]):
