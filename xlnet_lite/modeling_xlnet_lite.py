@@ -167,7 +167,7 @@ class AttentionInputs:
 
 def segment_ids(seg_keys):
     """How many segment ids there are, max id + 1, where none is negative (one sync); 0 for none or a negative id."""
-    if seg_keys is None:
+    if seg_keys is None or not seg_keys.numel():
         return 0
     lowest, highest = torch.stack(torch.aminmax(seg_keys)).tolist()
     return highest + 1 if lowest >= 0 else 0

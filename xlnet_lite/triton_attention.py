@@ -29,11 +29,11 @@ index) comes in one of two forms:
 
 Where the queries and keys fill whole tiles and the head size is a power of two (`base`'s shapes), the forward, dk/dv
 and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions.
-The dense form's positional scores in 16 bits enter each tile's scores as a product with the identity
-(tl.dot(pos, eye, s): exact), so that they travel as the keys do, loaded ahead into shared memory by Triton's software
-pipeline and read by the tensor cores, with no conversion or change of layout a score. Where the caller counts the
-segment ids (seg_classes) and the tiles have SEG_PRODUCT_ROWS rows, the segment term is one more such product, of
-one-hot dims, in place of a comparison a score.
+The operator's own positional product (POSITIONAL "matmul") in 16 bits enters each tile's scores as a product with the
+identity (tl.dot(pos, eye, s): exact for finite scores), so that it travels as the keys do, loaded ahead into shared
+memory by Triton's software pipeline and read by the tensor cores, with no conversion or change of layout a score.
+Where the caller counts the segment ids (seg_classes) and the tiles have SEG_PRODUCT_ROWS rows, the segment term is one
+more such product, of one-hot dims, in place of a comparison a score.
 
 Inputs are projected and biased by the caller (autograd takes the biases' gradients), so the kernels see plain
 tensors. Dropout on the probabilities is drawn inside (Philox, from a seed and each score's index, so the backward
@@ -112,20 +112,24 @@ def _pos_at(BASE, b, n, rows, keys, sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS: tl
 @triton.jit
 def _identity(POS, BLOCK: tl.constexpr):
     """The (BLOCK, BLOCK) identity in the dense form's positional scores' dtype, made once before a kernel's loop: a
-    tile adds its positional scores (16-bit) as a product with it, tl.dot(pos, eye, s), exact (one term a sum, in the
-    fp32 accumulator). The positional tile then goes from memory to the tensor cores as the keys do (loaded ahead by
-    Triton's software pipeline into shared memory), where adding it took a conversion to fp32 a score and a pass
-    through shared memory to the accumulator's layout."""
+    tile of the operator's own positional product (16-bit) enters the scores as a product with it, tl.dot(pos, eye,
+    s), exact for finite scores (one term a sum, in the fp32 accumulator; an infinity times the identity's zeros would
+    be NaN). The tile then goes from memory to the tensor cores as the keys do (loaded ahead by Triton's software
+    pipeline into shared memory), where adding it took a conversion to fp32 a score and a pass through shared memory
+    to the accumulator's layout."""
     return (tl.arange(0, BLOCK)[:, None] == tl.arange(0, BLOCK)[None, :]).to(POS.dtype.element_ty)
 
 
 @triton.jit
-def _add_positional(s, pos, eye):
-    """s + the dense form's positional scores pos (loaded in s's shape): as the product with the identity where pos is
-    16-bit (_identity), else added in fp32."""
-    if pos.dtype == tl.float32:
-        return s + pos
-    return tl.dot(pos, eye, s)
+def _add_positional(s, pos, eye, BY_PRODUCT: tl.constexpr):
+    """s + the dense form's positional scores pos (loaded in s's shape): by the product with the identity (_identity)
+    where BY_PRODUCT (the operator's product, POS_ROWS > 0: finite) and pos is 16-bit, else added in fp32 (the
+    caller's scores may hold infinities)."""
+    if BY_PRODUCT and pos.dtype != tl.float32:
+        s = tl.dot(pos, eye, s)
+    else:
+        s += pos.to(tl.float32)
+    return s
 
 
 @triton.jit
@@ -251,7 +255,7 @@ def _tile_scores(
         )
     else:
         pos = _pos_at(POS, b, n, offs_m[:, None], offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-        s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
+        s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye, POS_ROWS > 0)
     same = 0
     if HAS_SEG:
         s, same = _add_segment(s, gain, seg_q, _segment_keys(SEGK, b, ssk_b, offs_n, K, SEG_DIMS, EVEN), SEG_DIMS)
@@ -680,7 +684,7 @@ def _attn_bwd_dkdv(
                 )
             else:
                 pos = _pos_at(POS, b, n, offs_m[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
-                s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye)
+                s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye, POS_ROWS > 0)
             if HAS_SEG and SEG_DIMS:  # (keys, rows): the keys' one-hot by the rows' gains
                 s = tl.dot(tl.trans(seg_k), tl.trans(_segment_rows(gain, seg_q, SEG_DIMS, seg_k.dtype)), s)
             elif HAS_SEG:
@@ -1231,9 +1235,10 @@ class _Windows(NamedTuple):
         return tensor.view(-1)[self.offset :]
 
     def zero_outside(self, grad, Q, K):
-        """Zero what the kernels never write of a gradient laid out as full (dq writes each row's K scores): row a of
-        a window holds them at columns rows - a .. rows - a + K - 1, so columns below rows and past K hold none, nor
-        the rows past Q (the last block's, the first window). The gradient's other 85% (`base`) need no clearing."""
+        """Zero, before dq writes each row's K scores into a gradient laid out as full, all it leaves unwritten: row a
+        of a window holds them at columns rows - a .. rows - a + K - 1, so a row's others lie among the columns below
+        rows and past K (zeroed whole, dq then writing over part of them), and the rows past Q (the last block's, the
+        first window) hold none. The gradient's other 87% (`base`) need no clearing."""
         windows = grad.view(*grad.shape[:-2], -1, self.rows, grad.shape[-1])  # (.., nb, B or 1, rows, width)
         windows[..., : self.rows].zero_()
         windows[..., K + 1 :].zero_()
@@ -1722,7 +1727,8 @@ def relative_attention(
         and dtype != torch.float32
         and rows >= SEG_PRODUCT_ROWS
     ):
-        seg_dims, gain = SEG_DIMS, gain.to(dtype).float()  # the gain as the product adds it
+        # the gain's value as the product adds it, rounded to dtype; its gradient left in fp32
+        seg_dims, gain = SEG_DIMS, gain + (gain.to(dtype).float() - gain).detach()
         seg_k = torch.nn.functional.one_hot(seg_k.long(), SEG_DIMS).to(dtype).transpose(1, 2).contiguous()
     return _forward(
         qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal, seg_dims

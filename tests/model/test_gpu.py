@@ -323,6 +323,7 @@ OTHER_SETTINGS = (
     "positional_matmul_64x64",
     "positional_matmul_whole_tiles",
     "positional_matmul_segments_by_product",
+    "tiles_64x32_segments_by_product",
 )
 
 
@@ -336,7 +337,8 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     along the keys; warpgroup MMA on an H100), with dk/dv at 32 rows by 64 keys held keys by rows, and with the
     positional term as one matmul's product read shifted (POSITIONAL "matmul", bf16 rounding that product as the SDPA
     path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked), and with the
-    segment ids' count given (seg_classes: bf16 adds the segment term by a product of one-hot dims)."""
+    segment ids' count given (seg_classes: bf16 adds the segment term by a product of one-hot dims, by matmul at 64 x
+    64 tiles and by the band, its dkr kernel too, at 64 x 32)."""
     from xlnet_lite import triton_attention as ta
 
     gen, rand = seeded(2, dtype)
@@ -353,7 +355,7 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     default = dict(table)
     if change == "dkr_atomic":
         changed = {"dkr": None}
-    elif change == "tiles_64x32":
+    elif change.startswith("tiles_64x32"):
         changed = {kernel: ta.Launch(64, 4, default[kernel].stages, keys=32) for kernel in ("forward", "dk_dv", "dq")}
     elif change == "dk_dv_keys_major":
         changed = {"dk_dv": ta.Launch(32, 4, default["dk_dv"].stages, keys=64)}
