@@ -232,8 +232,7 @@ def _tile_scores(
     c' = j - a' + B - 1 of the two side by side, as a square tile's rows read its two. Returns the scores, the chunk
     multiplied here (chunk W; in the dense form, a placeholder), its keys (BLOCK_D, B) (kt in the dense form) and
     where the row's and the key's segments are the same, or the keys' one-hot segments (_add_segment; HAS_SEG, else a
-    placeholder). eye: the dense form's
-    identity (_identity)."""
+    placeholder). eye: the dense form's identity (_identity)."""
     krt_new = kt
     band_new = band_lo
     inside = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]  # the queries' and keys' bounds
@@ -1201,9 +1200,9 @@ def positional_form(device, dtype):
 
 SEG_DIMS = 16  # one-hot dims of the segment term by a product (relative_attention's seg_classes): tl.dot's least K
 # The product only where the forward, dk/dv and dq all take tiles of at least this many rows (on an H100 warpgroup
-# MMA, each warp whole rows): compiled for sm_90 (benchmarks/triton_resources.py) it takes 0.69x the instructions of
-# comparing the ids a score at 64 x 64 in dq, 0.85x in the forward, but at 32-row tiles (mma.sync, the warps side by
-# side along the keys) 1.33x in dq and more in all.
+# MMA, each warp whole rows): compiled for sm_90 (benchmarks/triton_resources.py) it takes 0.70x the instructions of
+# comparing the ids a score at 64 x 64 in dq, 0.85x in the forward, but at 32 x 32 (mma.sync, the warps side by side
+# along the keys) 1.33x in dq, 1.08x over the four kernels.
 SEG_PRODUCT_ROWS = 64
 
 WINDOW_ROWS = 64  # rows of queries a window of the positional product (POSITIONAL "matmul") serves
