@@ -7,9 +7,10 @@
 # matmul, and through each fused SDPA backend (bench_triton_attention, dropout 0), then `base` at XLNet's pretraining
 # shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels with the band and by one
 # matmul, eager; then the matmul's and SDPA's compiled; then each kernel alone at each launch setting and with each
-# term changed (bench_triton_kernels); a profile last, if PROFILE_S is set. Logs and JSON go to $OUT (default
-# gpu_out/, 10 files at most); each part has its own time limit (seconds: TESTS_S, KERNEL_S, BENCH_S, COMPILED_S,
-# KERNELS_S, PROFILE_S; the defaults sum to 580).
+# term changed (bench_triton_kernels); a profile last, if PROFILE_S is set. The tests run 8 at a time (most of their
+# time is Triton compiling kernels on the CPU: 14 took 47 s at 4 on an H200 machine's 16 cores). Logs and JSON go to
+# $OUT (default gpu_out/, 10 files at most); each part has its own time limit (seconds: TESTS_S, KERNEL_S, BENCH_S,
+# COMPILED_S, KERNELS_S, PROFILE_S; the defaults sum to 580).
 #
 #   bash benchmarks/run_triton_on_gpu.sh
 #
@@ -21,7 +22,7 @@ source "$(dirname "$0")/gpu_env.sh"
 python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), '| torch', torch.__version__,
 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), '| triton', triton.__version__,
 '| transformers', transformers.__version__)" 2>&1 | tee "$OUT/environment.txt"
-workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
+workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout "${TESTS_S:-90}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels" -rA \
     -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
