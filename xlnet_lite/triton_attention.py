@@ -1652,6 +1652,17 @@ def _out_strides(out):
     return out.stride(0), out.stride(2), out.stride(1)
 
 
+def _segments_by_product(qw, kr, seg_classes):
+    """Whether the kernels add the segment term by the one-hot product (relative_attention's seg_classes): the ids
+    counted within SEG_DIMS, 16-bit operands, and the forward, dk/dv and dq all at tiles of SEG_PRODUCT_ROWS rows or
+    more (their launch settings read only then)."""
+    if not seg_classes or seg_classes > SEG_DIMS or qw.dtype == torch.float32:
+        return False
+    band = kr is not None and positional_form(qw.device, qw.dtype) == "band"
+    rows = min(_launch(kernel, qw.device, qw.dtype, band)[0] for kernel in ("forward", "dk_dv", "dq"))
+    return rows >= SEG_PRODUCT_ROWS
+
+
 def relative_attention(
     qw,
     k,
@@ -1716,18 +1727,9 @@ def relative_attention(
     diagonal = NO_DIAGONAL
     if isinstance(blocked, MaskRanks):
         blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
-    seg_dims = 0
-    band = kr is not None and positional_form(qw.device, dtype) == "band"
-    rows = min(_launch(kernel, qw.device, dtype, band)[0] for kernel in ("forward", "dk_dv", "dq"))
-    if (
-        gain is not None
-        and seg_classes
-        and seg_classes <= SEG_DIMS
-        and dtype != torch.float32
-        and rows >= SEG_PRODUCT_ROWS
-    ):
-        # the gain's value as the product adds it, rounded to dtype; its gradient left in fp32
-        seg_dims, gain = SEG_DIMS, gain + (gain.to(dtype).float() - gain).detach()
+    seg_dims = SEG_DIMS if gain is not None and _segments_by_product(qw, kr, seg_classes) else 0
+    if seg_dims:  # the gain's value as the product adds it, rounded to dtype; its gradient left in fp32
+        gain = gain + (gain.to(dtype).float() - gain).detach()
         seg_k = torch.nn.functional.one_hot(seg_k.long(), SEG_DIMS).to(dtype).transpose(1, 2).contiguous()
     return _forward(
         qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal, seg_dims
