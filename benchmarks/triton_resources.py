@@ -115,19 +115,21 @@ def recorded_launches(dtype, settings, variant=None):
         mems=[torch.zeros(B, M, N * D)] * 2,
     )
     saved_env = os.environ.get("TRITON_INTERPRET")
-    saved_ranks = modeling.triton_mask_ranks
+    saved_forms = modeling.kernel_forms
     table = ta.launch_settings(torch.device("cpu"), torch.float32)  # what the kernels read on this CPU
     try:
         form = "matmul" if "matmul" in changes else "band"
         with kernels_replaced(Recorder), launch_settings_changed(table, settings), positional_changed(form):
             os.environ["TRITON_INTERPRET"] = "1"  # relative_attention takes CPU tensors only so; nothing is run
-            if "block" in changes:
-                modeling.triton_mask_ranks = lambda *args, **kwargs: (None, None)
+            if "block" in changes:  # the forms the data allows, the masks' ranks left out
+                modeling.kernel_forms = lambda *args: [
+                    None if i % 2 == 0 else x for i, x in enumerate(saved_forms(*args))
+                ]
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
                 loss = model(**inputs).loss
             loss.backward()
     finally:
-        modeling.triton_mask_ranks = saved_ranks
+        modeling.kernel_forms = saved_forms
         os.environ.pop("TRITON_INTERPRET", None)
         if saved_env is not None:
             os.environ["TRITON_INTERPRET"] = saved_env

@@ -160,17 +160,8 @@ class AttentionInputs:
     query_valid: torch.Tensor | None  # (B, P, 1) bool, False for all-zero target_mapping rows; None = all valid
     fused_query: bool = False  # predict_next: one query row at position T; blocked_h then has T + 1 rows (query last)
     no_key_fused: torch.Tensor | None = None  # (B or 1, 1, T + 1, 1) bool, the fused rows that may see no key
-    ranks_h: "MaskRanks | None" = None  # blocked_h as ranks for the Triton kernels, where it has that form
-    ranks_g: "MaskRanks | None" = None  # and blocked_g's
-    seg_ids: int = 0  # for the Triton kernels: the segment ids lie in [0, seg_ids) where counted (eager), else 0
-
-
-def segment_ids(seg_keys):
-    """How many segment ids there are, max id + 1, where none is negative (one sync); 0 for none or a negative id."""
-    if seg_keys is None or not seg_keys.numel():
-        return 0
-    lowest, highest = torch.stack(torch.aminmax(seg_keys)).tolist()
-    return highest + 1 if lowest >= 0 else 0
+    forms_h: "KernelForms | None" = None  # for the Triton kernels: what the content stream's mask and ids allow
+    forms_g: "KernelForms | None" = None  # and the query stream's
 
 
 def segment_dims(seg_keys, d_head, pad=None):
@@ -243,15 +234,21 @@ def mask_ranks(blocked):
     or are contained in every other row's (the rows nested, as a factorization order's are): then row i blocks the
     row_rank[i] = (keys it blocks) keys that most rows block, and key_rank[j] counts the keys blocked by at least as
     many rows as j. The ranks are checked against the mask, so any mask gets either exact ranks or None."""
+    ranks, exact = ranks_and_check(blocked)
+    return MaskRanks(ranks) if exact.item() else None
+
+
+def ranks_and_check(blocked):
+    """mask_ranks' candidate ranks (B or 1, Q + K) int32 and whether they reproduce the mask (a bool on the mask's
+    device: no sync)."""
     blocked = blocked.bool()
     K = blocked.shape[-1]
     row_rank = blocked.sum(-1, dtype=torch.int32)  # (B, Q)
     rows_blocking = blocked.sum(-2, dtype=torch.int32)  # (B, K)
     ascending = rows_blocking.sort(-1).values
     key_rank = K - torch.searchsorted(ascending, rows_blocking, side="left").to(torch.int32)  # (B, K)
-    if not torch.equal(key_rank[:, None, :] <= row_rank[:, :, None], blocked):
-        return None
-    return MaskRanks(torch.cat([row_rank, key_rank], dim=-1))
+    exact = torch.eq(key_rank[:, None, :] <= row_rank[:, :, None], blocked).all()
+    return torch.cat([row_rank, key_rank], dim=-1), exact
 
 
 def sinusoid(pos_seq, d_model):
@@ -483,7 +480,7 @@ class XLNetLiteRelativeAttention(nn.Module):
         return k, v, kr
 
     def attend(
-        self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, kernel, seg_ids=0
+        self, q, keys, *, biases, seg_q, seg_classes, seg_keys, blocked, no_key, query_pos, qlen, kernel, forms=None
     ):
         """Core: softmax over keys of [(q+u)k + shift((q+v)R) + (q+b)s] / sqrt(D), masked.
 
@@ -523,7 +520,7 @@ class XLNetLiteRelativeAttention(nn.Module):
                 blocked=blocked,
                 query_pos=query_pos,
                 qlen=qlen,
-                seg_ids=seg_ids,
+                forms=forms,
             ), None
         pos = positional_term(
             biased(q, v_bias) * self.scale, kr, qlen=qlen, klen=k.shape[2], query_pos=query_pos
@@ -569,7 +566,6 @@ class XLNetLiteRelativeAttention(nn.Module):
             biases=biases,
             seg_classes=attention_inputs.seg_classes,
             seg_keys=attention_inputs.seg_keys,
-            seg_ids=attention_inputs.seg_ids,
             qlen=T,
             kernel=kernel,
         )
@@ -579,13 +575,13 @@ class XLNetLiteRelativeAttention(nn.Module):
         if content:
             current = x if x.shape[1] == T else x.split([x.shape[1] - T, T], dim=1)[1]  # the current segment's
             seg_q, blocked, query_pos = attention_inputs.seg_query_h, attention_inputs.blocked_h, None
+            forms = attention_inputs.forms_h
             if rows is not None:  # a few positions' queries, each at its own relative offset (as the query stream)
                 h, current = h[:, rows], current[:, rows]  # (B, Q, H)
                 query_pos = torch.arange(T, device=h.device)[rows].expand(h.shape[0], -1)  # (B, Q)
                 seg_q = None if seg_q is None else seg_q[:, rows]
                 blocked = None if blocked is None else blocked[:, :, rows]
-            elif kernel == TRITON_ATTENTION and attention_inputs.ranks_h is not None:
-                blocked = attention_inputs.ranks_h  # the same mask as two vectors, for the Triton kernels
+                forms = None if forms is None else forms._replace(ranks=None)  # the ranks are all rows'
             vec_h, prob_h = self.attend(
                 self.project(current, self.q),
                 keys,
@@ -593,6 +589,7 @@ class XLNetLiteRelativeAttention(nn.Module):
                 blocked=blocked,
                 no_key=None,
                 query_pos=query_pos,
+                forms=forms,
                 **core,
             )
             out_h = self.post_attention(h, vec_h)
@@ -602,11 +599,10 @@ class XLNetLiteRelativeAttention(nn.Module):
             self.project(g, self.q),
             keys,
             seg_q=attention_inputs.seg_query_g,
-            blocked=attention_inputs.ranks_g
-            if kernel == TRITON_ATTENTION and attention_inputs.ranks_g is not None
-            else attention_inputs.blocked_g,
+            blocked=attention_inputs.blocked_g,
             no_key=attention_inputs.no_key_g,
             query_pos=attention_inputs.query_pos,
+            forms=attention_inputs.forms_g,
             **core,
         )
         if attention_inputs.query_valid is not None:  # all-zero target_mapping rows get no attention output
@@ -625,6 +621,7 @@ class XLNetLiteRelativeAttention(nn.Module):
             blocked=attention_inputs.blocked_h,
             no_key=attention_inputs.no_key_fused,
             query_pos=None,
+            forms=attention_inputs.forms_h,
             **core,
         )
         out = self.post_attention(hg, vec)  # (B, T + 1, H)
@@ -730,13 +727,13 @@ def segment_gain(attn, q, b):
 TRITON_ATTENTION = "xlnet_lite_triton"
 
 
-def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen, seg_ids=0):
+def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos, qlen, forms=None):
     """The attention core through xlnet_lite.triton_attention's fused kernels (CUDA; on a CPU only in Triton's
     interpreter). The content stream's positional term is computed inside them from the positional keys, a band per
     tile; the query stream's (its P rows at any positions) goes in as positional_term's (B, N, P, K) scores. The
     segment term, the masks and the dropout on the probabilities (its mask drawn inside by Philox, from a seed taken
     from torch's generator) are applied inside; no (B, N, T, K) score, probability or mask tensor is written, forward
-    or backward. seg_ids: the segment ids lie in [0, seg_ids) (0: not counted). q (B, N, Q, D) -> (B, Q, N*D)."""
+    or backward. forms: KernelForms, what the data allows the kernels, or None. q (B, N, Q, D) -> (B, Q, N*D)."""
     from .triton_attention import relative_attention
 
     k, v, kr = keys
@@ -755,28 +752,80 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
         gain=None if seg_q is None else segment_gain(attn, q, b) * attn.scale,
         seg_q=seg_q,
         seg_k=seg_keys,
-        seg_classes=seg_ids,
-        blocked=blocked[:, 0] if torch.is_tensor(blocked) else blocked,  # a block, MaskRanks or None
+        blocked=None if blocked is None else blocked[:, 0],
+        forms=forms,
         dropout_p=attn.dropout.p if attn.training else 0.0,
     )  # (B, Q, N, D)
     return out.flatten(2)
 
 
+class KernelForms(NamedTuple):
+    """What one stream's mask and segment ids allow the Triton kernels, found in the data at run time by kernel_forms
+    (so that a compiled graph holds no branch on the data). facts (3,) int64 on the CPU: [ranked, diagonal, classes]:
+    ranked 1, the stream's mask is MaskRanks(ranks, diagonal) (else the kernels read the block); classes, the segment
+    ids lie in [0, classes) (0: a negative id, or none). ranks (B or 1, Q + K) int32, or None: the block only."""
+
+    ranks: torch.Tensor | None
+    facts: torch.Tensor
+
+    def mask_ranks(self):
+        """The mask as MaskRanks, or None where it has no such form."""
+        ranked, diagonal, _ = self.facts.tolist()
+        return MaskRanks(self.ranks, diagonal) if ranked and self.ranks is not None else None
+
+
+@torch.library.custom_op(
+    "xlnet_lite::kernel_forms",
+    mutates_args=(),
+    schema="(Tensor? blocked, Tensor? query_pos, Tensor? seg_keys, int mlen) -> (Tensor, Tensor, Tensor, Tensor)",
+)
+def kernel_forms(blocked, query_pos, seg_keys, mlen):
+    """Both streams' KernelForms read from the data with one sync: (content stream's ranks, facts, query stream's
+    ranks, facts). blocked (B or 1, T, K) or None: what the query stream may not see; the content stream sees that
+    and itself (key mlen + i): ranks of its own where its mask has them (a factorization order's does: a key hidden
+    from the rows that come before it), else the query stream's with its own key re-opened (one more comparison a
+    score in the kernels). query_pos (B, P) or None: the query stream's rows; seg_keys (B, K) or None. A mask absent
+    gives empty ranks, a query stream absent empty ranks and a fact of no form."""
+    device = next(t.device for t in (blocked, query_pos, seg_keys) if t is not None)
+    ranks_h, ranks_g = (torch.empty(0, dtype=torch.int32, device=device) for _ in range(2))
+    yes = torch.ones((), dtype=torch.long, device=device)
+    checks = [0 * yes, 0 * yes]
+    if blocked is not None:
+        ranks, exact = ranks_and_check(blocked)
+        T = blocked.shape[1]
+        own, own_exact = ranks_and_check(content_stream_mask(blocked, qlen=T, mlen=mlen))
+        checks = [exact, own_exact]
+    ids = torch.aminmax(seg_keys) if seg_keys is not None and seg_keys.numel() else (-yes, -yes)
+    exact, own_exact, lowest, highest = torch.stack([c.long() for c in (*checks, *ids)]).tolist()  # the one sync
+    if blocked is not None:
+        ranks_h = own if own_exact else ranks
+        if query_pos is not None:
+            rows, keys = ranks.expand(query_pos.shape[0], -1).split([T, ranks.shape[-1] - T], dim=-1)
+            ranks_g = torch.cat([rows.gather(1, query_pos), keys], dim=-1)  # (B, P + K)
+    classes = highest + 1 if lowest >= 0 else 0
+    facts_h = [1, NO_DIAGONAL, classes] if own_exact else [exact, mlen, classes]
+    facts_g = [int(bool(exact) and query_pos is not None), NO_DIAGONAL, classes]
+    return ranks_h, torch.tensor(facts_h), ranks_g, torch.tensor(facts_g)
+
+
+@kernel_forms.register_fake
+def _kernel_forms_shapes(blocked, query_pos, seg_keys, mlen):
+    device = next(t.device for t in (blocked, query_pos, seg_keys) if t is not None)
+    ranks_h, ranks_g = (torch.empty(0, dtype=torch.int32, device=device) for _ in range(2))
+    if blocked is not None:
+        rows, T, K = blocked.shape
+        ranks_h = blocked.new_empty(rows, T + K, dtype=torch.int32)
+        if query_pos is not None:
+            ranks_g = blocked.new_empty(query_pos.shape[0], query_pos.shape[1] + K, dtype=torch.int32)
+    facts_h, facts_g = (torch.empty(3, dtype=torch.int64) for _ in range(2))
+    return ranks_h, facts_h, ranks_g, facts_g
+
+
 def triton_mask_ranks(blocked, *, mlen, query_pos):
-    """The Triton kernels' masks as MaskRanks (two vectors a tile instead of a block of the mask):
-    (content stream's, query stream's), each None where the mask has no such form. blocked (B or 1, T, K): what the
-    query stream may not see; the content stream sees that and itself (key mlen + i): ranks of its own where its mask
-    has them (a factorization order's does: a key hidden from the rows that come before it), else the query
-    stream's with its own key re-opened (one more comparison a score in the kernels); query_pos (B, P) or None."""
-    ranks = mask_ranks(blocked)
-    if ranks is None:
-        return None, None
-    T = blocked.shape[1]
-    content = mask_ranks(content_stream_mask(blocked, qlen=T, mlen=mlen)) or MaskRanks(ranks.ranks, diagonal=mlen)
-    if query_pos is None:
-        return content, None
-    rows, keys = ranks.ranks.expand(query_pos.shape[0], -1).split([T, ranks.ranks.shape[-1] - T], dim=-1)
-    return content, MaskRanks(torch.cat([rows.gather(1, query_pos), keys], dim=-1))
+    """kernel_forms' masks as MaskRanks: (content stream's, query stream's), each None where it has no such form."""
+    ranks_h, facts_h, ranks_g, facts_g = kernel_forms(blocked, query_pos, None, mlen)
+    query = None if query_pos is None else KernelForms(ranks_g, facts_g).mask_ranks()
+    return KernelForms(ranks_h, facts_h).mask_ranks(), query
 
 
 class XLNetLiteFeedForward(nn.Module):
@@ -1121,9 +1170,13 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             blocked_g = any_or_none(blocked_g)
         blocked_h = blocked if predict_next else content_stream_mask(blocked, qlen=qlen, mlen=mlen)
         blocked_h = any_or_none(blocked_h)
-        ranks_h = ranks_g = None
-        if shortcuts and cfg._attn_implementation == TRITON_ATTENTION and not predict_next and blocked_h is not None:
-            ranks_h, ranks_g = triton_mask_ranks(blocked, mlen=mlen, query_pos=None if blocked_g is None else query_pos)
+        forms_h = forms_g = None
+        if cfg._attn_implementation == TRITON_ATTENTION:  # what the data allows the kernels, read at run time
+            mask = None if predict_next or (blocked_h is None and blocked_g is None) else blocked
+            if mask is not None or seg_keys is not None:
+                found = kernel_forms(mask, None if blocked_g is None else query_pos, seg_keys, mlen)
+                forms_h = KernelForms(None if mask is None or blocked_h is None else found[0], found[1])
+                forms_g = KernelForms(None if mask is None or blocked_g is None else found[2], found[3])
         pos_emb = None
         if cache is None:
             pos_emb = self.dropout(
@@ -1154,9 +1207,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
             ),
             query_pos=query_pos,
             query_valid=query_valid,
-            ranks_h=ranks_h,
-            ranks_g=ranks_g,
-            seg_ids=segment_ids(seg_keys) if shortcuts and cfg._attn_implementation == TRITON_ATTENTION else 0,
+            forms_h=forms_h,
+            forms_g=forms_g,
         )
 
     def cache_positions(self, cache, *, qlen, klen, device):

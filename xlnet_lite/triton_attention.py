@@ -1318,25 +1318,30 @@ def _tiled(kernel, qw, K, flags):
 # (fullgraph), placing the launches in its graph, and fuses the work around them.
 _FORWARD_SCHEMA = (
     "(Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, Tensor? seg_q, "
-    "Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, int qlen, int mask_diagonal, int seg_dims) "
-    "-> (Tensor, Tensor)"
+    "Tensor? seg_k, Tensor? blocked, Tensor? ranks, Tensor? facts, Tensor? seed, float dropout_p, int qlen, "
+    "int mask_diagonal, int seg_classes) -> (Tensor, Tensor)"
 )
 _BACKWARD_SCHEMA = (
     "(Tensor dout, Tensor qw, Tensor qr, Tensor k, Tensor v, Tensor? kr, Tensor? pos, Tensor? gain, "
-    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? seed, float dropout_p, Tensor out, "
-    "Tensor lse, int qlen, int mask_diagonal, int seg_dims) -> "
+    "Tensor? seg_q, Tensor? seg_k, Tensor? blocked, Tensor? ranks, Tensor? facts, Tensor? seed, float dropout_p, "
+    "Tensor out, Tensor lse, int qlen, int mask_diagonal, int seg_classes) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 
 
 @torch.library.custom_op("xlnet_lite::relative_attention", mutates_args=(), schema=_FORWARD_SCHEMA)
-def _forward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal, seg_dims):
+def _forward(
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, ranks, facts, seed, dropout_p, qlen, mask_diagonal, seg_classes
+):
     """qw, qr (B, N, Q, D); k, v (B, N, K, D); kr (B or 1, N, D, R) for the banded positional term, or pos
-    (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) int32 (or with
-    seg_dims its one-hot (B, seg_dims, K) in qw's dtype) or all three None; blocked (B or 1, Q, K) bool, or the mask
-    as ranks (B or 1, Q + K) int32 with mask_diagonal (MaskRanks), or None; seed (1,) int64, the dropout's, or None
-    with dropout_p 0. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
+    (B, N, Q, K) for the dense one (the other None); gain (B, N, Q) fp32, seg_q (B, Q), seg_k (B, K) int32 or all
+    three None, seg_classes as relative_attention's (0: compare the ids); blocked (B or 1, Q, K) bool, or the mask as
+    ranks (B or 1, Q + K) int32 with mask_diagonal (MaskRanks), or None; ranks and facts: KernelForms' (or None),
+    which decide the mask's form and seg_classes when the operator runs; seed (1,) int64, the dropout's, or None with
+    dropout_p 0. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
+    blocked, mask_diagonal, seg_classes = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
+    gain, seg_k, seg_dims = _segment_operands(qw, kr, gain, seg_k, seg_classes)
     _check_layout(qw, qr, k, v, kr, pos, gain, blocked)
     out, lse = _forward_outputs(qw)
     if kr is not None and positional_form(qw.device, qw.dtype) == "matmul":  # the kernels' dense form, read shifted
@@ -1370,10 +1375,31 @@ def _forward_outputs(qw, *args):
 
 @torch.library.custom_op("xlnet_lite::relative_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
 def _backward(
-    dout, qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, out, lse, qlen, mask_diagonal, seg_dims
+    dout,
+    qw,
+    qr,
+    k,
+    v,
+    kr,
+    pos,
+    gain,
+    seg_q,
+    seg_k,
+    blocked,
+    ranks,
+    facts,
+    seed,
+    dropout_p,
+    out,
+    lse,
+    qlen,
+    mask_diagonal,
+    seg_classes,
 ):
     """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
+    blocked, mask_diagonal, seg_classes = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
+    gain, seg_k, seg_dims = _segment_operands(qw, kr, gain, seg_k, seg_classes)
     K = k.shape[2]
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
@@ -1501,13 +1527,13 @@ def _backward_outputs(dout, qw, qr, k, v, kr, pos, gain, *args):
 
 
 def _setup_context(ctx, inputs, output):
-    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, dropout_p, qlen, mask_diagonal, seg_dims = inputs
-    ctx.save_for_backward(qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, *output)
-    ctx.dropout_p, ctx.qlen, ctx.mask_diagonal, ctx.seg_dims = dropout_p, qlen, mask_diagonal, seg_dims
+    *tensors, dropout_p, qlen, mask_diagonal, seg_classes = inputs  # qw ... seed
+    ctx.save_for_backward(*tensors, *output)
+    ctx.dropout_p, ctx.qlen, ctx.mask_diagonal, ctx.seg_classes = dropout_p, qlen, mask_diagonal, seg_classes
 
 
 def _gradients(ctx, dout, _dlse):
-    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, out, lse = ctx.saved_tensors
+    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, ranks, facts, seed, out, lse = ctx.saved_tensors
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(
         dout,
         qw,
@@ -1520,13 +1546,15 @@ def _gradients(ctx, dout, _dlse):
         seg_q,
         seg_k,
         blocked,
+        ranks,
+        facts,
         seed,
         ctx.dropout_p,
         out,
         lse,
         ctx.qlen,
         ctx.mask_diagonal,
-        ctx.seg_dims,
+        ctx.seg_classes,
     )
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
@@ -1539,14 +1567,7 @@ def _gradients(ctx, dout, _dlse):
         grad_kr,
         dpos if kr is None else None,
         dgain if gain is not None else None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
+        *[None] * 10,  # seg_q ... seg_classes
     )
 
 
@@ -1663,6 +1684,27 @@ def _segments_by_product(qw, kr, seg_classes):
     return rows >= SEG_PRODUCT_ROWS
 
 
+def _forms(blocked, ranks, facts, mask_diagonal, seg_classes):
+    """(mask, mask_diagonal, seg_classes) as the kernels take them when the operator runs: the caller's, or where it
+    gave KernelForms (facts; the ranks None for the block only), what they found in the data."""
+    if facts is None:
+        return blocked, mask_diagonal, seg_classes
+    ranked, diagonal, seg_classes = facts.tolist()  # on the CPU: no sync
+    if ranked and ranks is not None:
+        blocked, mask_diagonal = ranks, diagonal
+    return blocked, mask_diagonal, seg_classes
+
+
+def _segment_operands(qw, kr, gain, seg_k, seg_classes):
+    """(gain, seg_k, seg_dims) as the kernels read them: with the segment term by the one-hot product, the gain's value
+    as the product adds it (rounded to qw's dtype; its gradient, dq's, stays fp32) and the keys' one-hot
+    (B, SEG_DIMS, K) in qw's dtype; else as given, seg_dims 0."""
+    if gain is None or not _segments_by_product(qw, kr, seg_classes):
+        return gain, seg_k, 0
+    one_hot = torch.nn.functional.one_hot(seg_k.long(), SEG_DIMS).to(qw.dtype).transpose(1, 2).contiguous()
+    return gain.to(qw.dtype).float(), one_hot, SEG_DIMS
+
+
 def relative_attention(
     qw,
     k,
@@ -1676,6 +1718,7 @@ def relative_attention(
     seg_k=None,
     seg_classes=None,
     blocked=None,
+    forms=None,
     dropout_p=0.0,
     qlen,
 ):
@@ -1691,9 +1734,11 @@ def relative_attention(
     tensor-core product of one-hot dims (the gain rounded to the inputs' dtype, as the SDPA path's extra head dims
     round it) instead of comparing ids a score;
     blocked (B or 1, Q, K) bool, or the same mask as MaskRanks (mask_ranks: two vectors the kernels compare instead
-    of reading a block of the mask a tile); dropout_p: dropout on the probabilities (after the softmax, inverted), its
-    mask drawn by Philox in the kernels from a seed taken from torch's generator on qw's device. Returns (B, Q, N, D);
-    rows whose keys are all blocked are 0.
+    of reading a block of the mask a tile); forms: KernelForms (the model's kernel_forms), in place of seg_classes
+    and with blocked the block: whether the ids are counted and the mask has ranks, decided when the kernels run (so
+    that a compiled graph holds no branch on the data); dropout_p: dropout on the probabilities (after the softmax,
+    inverted), its mask drawn by Philox in the kernels from a seed taken from torch's generator on qw's device.
+    Returns (B, Q, N, D); rows whose keys are all blocked are 0.
     """
     if (kr is None) == (pos is None) or (kr is None) != (qr is None):
         raise ValueError("relative_attention takes the positional term as qr and kr (banded) or pos (dense)")
@@ -1727,10 +1772,26 @@ def relative_attention(
     diagonal = NO_DIAGONAL
     if isinstance(blocked, MaskRanks):
         blocked, diagonal = blocked.ranks.to(torch.int32).contiguous(), blocked.diagonal
-    seg_dims = SEG_DIMS if gain is not None and _segments_by_product(qw, kr, seg_classes) else 0
-    if seg_dims:  # the gain's value as the product adds it, rounded to dtype; its gradient left in fp32
-        gain = gain + (gain.to(dtype).float() - gain).detach()
-        seg_k = torch.nn.functional.one_hot(seg_k.long(), SEG_DIMS).to(dtype).transpose(1, 2).contiguous()
+    ranks = facts = None
+    if forms is not None:
+        ranks, facts = forms
+        ranks = None if ranks is None or blocked is None else ranks.to(torch.int32).contiguous()
     return _forward(
-        qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, seed, float(dropout_p), qlen, diagonal, seg_dims
+        qw,
+        qr,
+        k,
+        v,
+        kr,
+        pos,
+        gain,
+        seg_q,
+        seg_k,
+        blocked,
+        ranks,
+        facts,
+        seed,
+        float(dropout_p),
+        qlen,
+        diagonal,
+        seg_classes or 0,
     )[0]

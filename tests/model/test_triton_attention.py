@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 triton = pytest.importorskip("triton")  # on a CPU conftest.py has chosen its interpreter
 tl = pytest.importorskip("triton.language")
@@ -219,35 +220,58 @@ def test_the_content_stream_takes_ranks_of_its_own_where_its_mask_nests():
             assert torch.equal(as_block(query, P).expand(B, -1, -1), rows)
 
 
-def test_the_model_counts_the_segment_ids_for_the_kernels():
-    """segment_ids: max id + 1 where no id is negative (the kernels' one-hot dims need ids in [0, count)); 0 for a
-    negative id or no ids (the kernels compare them)."""
-    from xlnet_lite.modeling_xlnet_lite import segment_ids
+def test_kernel_forms_reads_the_masks_and_the_segment_ids_once_and_passes_the_operator_checks():
+    """kernel_forms (the model's, for the kernels): the segment ids counted as max id + 1 where none is negative (the
+    one-hot dims need ids in [0, count)), else 0, as with none; the masks' forms as triton_mask_ranks gives them
+    (ranks exact where found; a mask of no such form or no query stream: none); the facts on the CPU (the operators
+    read them without a sync); torch.library.opcheck (schema, the shapes torch.compile is told, no aliasing) on
+    masks of both batch shapes, with and without a query stream and ids."""
+    from xlnet_lite.modeling_xlnet_lite import KernelForms, kernel_forms
 
-    assert segment_ids(torch.tensor([[0, 2, 1], [4, 0, 0]])) == 5
-    assert segment_ids(torch.tensor([[0, -1, 1]])) == 0 and segment_ids(None) == 0
+    perm_mask, target_mapping = xlnet_masks(B, T, P, seed=2)
+    query_pos = target_mapping.argmax(-1)
+    blocked = blocked_positions(
+        perm_mask=perm_mask, pad_mask=None, attn_type="bi", same_length=False, qlen=T, mlen=4, device="cpu"
+    )
+    scrambled = F.pad(torch.rand(B, T, T, generator=torch.Generator().manual_seed(3)) < 0.5, (4, 0))
+    causal = blocked_positions(
+        perm_mask=None, pad_mask=None, attn_type="uni", same_length=False, qlen=T, mlen=4, device="cpu"
+    )  # (1, T, K)
+    for ids, classes in (([[0, 2, 1], [4, 0, 0]], 5), ([[0, -1, 1], [0, 0, 0]], 0), ([[0, 0, 0], [0, 0, 0]], 1)):
+        seg_keys = torch.tensor(ids).repeat_interleave(9, dim=1)[:, : T + 4]
+        ranks_h, facts_h, ranks_g, facts_g = kernel_forms(blocked, query_pos, seg_keys, 4)
+        assert facts_h.device.type == facts_g.device.type == "cpu"
+        assert facts_h[2] == facts_g[2] == classes
+    _, facts_h, _, facts_g = kernel_forms(blocked, None, None, 4)
+    assert facts_h[2] == facts_g[2] == 0 and facts_g[0] == 0  # no ids, no query stream
+    content, query = triton_mask_ranks(blocked, mlen=4, query_pos=query_pos)
+    found = kernel_forms(blocked, query_pos, None, 4)
+    assert torch.equal(KernelForms(*found[:2]).mask_ranks().ranks, content.ranks)
+    assert torch.equal(KernelForms(*found[2:]).mask_ranks().ranks, query.ranks)
+    _, facts_h, _, facts_g = kernel_forms(scrambled, query_pos, None, 4)
+    assert facts_h[0] == facts_g[0] == 0
+    seg_keys = torch.randint(0, 2, (B, T + 4))
+    for args in (
+        (blocked, query_pos, seg_keys, 4),
+        (scrambled, None, seg_keys, 4),
+        (causal, query_pos, None, 4),
+        (None, None, seg_keys, 0),
+    ):
+        torch.library.opcheck(kernel_forms, args)
 
 
 def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block_otherwise(monkeypatch):
     """Both streams of a pretraining batch (factorization masks, segments, left padding, a memory of 5) reach the
     kernels as MaskRanks, and a perm_mask of no factorization order as the block, with the segment ids counted;
     transformers' logits either way."""
-    import xlnet_lite.triton_attention as triton_attention
-
     seen = []
-    original = triton_attention.relative_attention
-
-    def spy(*args, blocked=None, **kwargs):
-        seen.append((type(blocked).__name__, kwargs["seg_classes"]))
-        return original(*args, blocked=blocked, **kwargs)
-
-    monkeypatch.setattr(triton_attention, "relative_attention", spy)
+    forms_seen(monkeypatch, seen)
     hf, lite = twins(mem_len=5)
     perm_mask, target_mapping = xlnet_masks(B, T, P, seed=3)
     ids = torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(4))
     first_hf, first_lite = run_both(hf, lite, TRITON_ATTENTION, input_ids=ids.flip(1))  # the memory
     scrambled = torch.rand(B, T, T, generator=torch.Generator().manual_seed(6)) < 0.5
-    for mask, kind in ((perm_mask, "MaskRanks"), (scrambled.float(), "Tensor")):
+    for mask, kind in ((perm_mask, "ranks"), (scrambled.float(), "block")):
         seen.clear()
         inputs = dict(input_ids=ids, perm_mask=mask, target_mapping=target_mapping, **segments_and_left_padding((B, T)))
         with torch.no_grad():
@@ -255,6 +279,21 @@ def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
         # both streams of the first layer (the last computes the query stream only); ids 0, 1, 2 counted
         assert seen == [(kind, 3)] * 3
+
+
+def forms_seen(monkeypatch, seen):
+    """The operators, for the test, log into `seen` the form of the mask they hand the kernels ("ranks" or "block")
+    and the segment ids' count (0: compared), as they run (forward and backward, eager or compiled)."""
+    from xlnet_lite import triton_attention as ta
+
+    decide = ta._forms
+
+    def spy(*args):
+        blocked, diagonal, classes = decide(*args)
+        seen.append(("ranks" if blocked is not None and blocked.dtype == torch.int32 else "block", classes))
+        return blocked, diagonal, classes
+
+    monkeypatch.setattr(ta, "_forms", spy)
 
 
 def pretraining_batch(seed, length=T, targets=P):
@@ -447,16 +486,23 @@ def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
 
 
 @pytest.mark.slow
-def test_compiled_whole_with_the_kernels_inside():
+def test_compiled_whole_with_the_kernels_inside(monkeypatch):
     """torch.compile(fullgraph=True) takes the kernels as operators in its graph (no break around them) and a
-    training step gives the uncompiled step's loss and gradients. One layer: a second compiles the same operators
-    again (twice the compile time on a CPU)."""
+    training step gives the uncompiled step's loss and gradients; the kernels are handed the masks in the same forms
+    and the segment ids counted as in eager mode (ranks, 3 ids), read from the data when the graph runs. One layer: a
+    second compiles the same operators again (twice the compile time on a CPU)."""
     config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6, "n_layer": 1})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=7).train()
     model.config._attn_implementation = TRITON_ATTENTION
     inputs = dict(**pretraining_batch(8), **segments_and_left_padding((B, T)))
+    seen = []
+    forms_seen(monkeypatch, seen)
     loss_a, grads_a = training_step(model, model, inputs)
+    eager = list(seen)
+    seen.clear()
     loss_b, grads_b = training_step(torch.compile(model, fullgraph=True, dynamic=False), model, inputs)
+    # the query stream's forward and backward (the one layer computes no content stream)
+    assert seen == eager == [("ranks", 3)] * 2
     torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
     assert grads_b.keys() == grads_a.keys()
     for name in grads_a:
@@ -850,7 +896,7 @@ def test_the_operator_refuses_layouts_its_kernels_do_not_take():
     qw, k, v = torch.randn(batch, N, Q, D), torch.randn(batch, N, K, D), torch.randn(batch, N, K, D)
 
     def forward(qr, kr=None, pos=None):
-        return ta._forward(qw, qr, k, v, kr, pos, None, None, None, None, None, 0.0, Q, ta.NO_DIAGONAL, 0)
+        return ta._forward(qw, qr, k, v, kr, pos, None, None, None, None, None, None, None, 0.0, Q, ta.NO_DIAGONAL, 0)
 
     cases = [
         (dict(qr=qw.transpose(2, 3).contiguous().transpose(2, 3), kr=torch.randn(1, N, D, Q + K)), "qr laid out"),
