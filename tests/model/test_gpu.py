@@ -316,6 +316,38 @@ def test_triton_kernels_read_the_mask_as_ranks_as_they_read_the_block(dtype):
             assert torch.equal(a, b)
 
 
+def test_triton_kernels_compiled_whole_in_the_model_take_eager_modes_forms():
+    """torch.compile(fullgraph=True) of a model on the Triton kernels, on CUDA: a training step over two segments
+    (memory, factorization masks, segments, left padding) gives eager mode's loss and gradients, and the operators
+    hand the kernels the masks in the forms and the segment ids' count that eager mode's do (kernel_forms' facts, on
+    the CPU, reaching the operators through the compiled graph)."""
+    from xlnet_lite import triton_attention as ta
+
+    seen, decide = [], ta._forms
+
+    def spy(*args):
+        blocked, diagonal, classes = decide(*args)
+        seen.append((None if blocked is None else blocked.dtype, diagonal, classes))
+        return blocked, diagonal, classes
+
+    ta._forms = spy
+    try:
+        results = []
+        for compiled in (False, True):
+            seen.clear()
+            _, lite = twins(mem_len=6)
+            lite = lite.to(CUDA).train()
+            lite.config._attn_implementation = "xlnet_lite_triton"
+            results.append((*step(torch.compile(lite, fullgraph=True) if compiled else lite, autocast=False), seen[:]))
+    finally:
+        ta._forms = decide
+    (loss_a, grads_a, forms_a), (loss_b, grads_b, forms_b) = results
+    assert forms_b == forms_a and (torch.int32, ta.NO_DIAGONAL, 3) in forms_a
+    assert loss_b == pytest.approx(loss_a, rel=1e-5)
+    for name, g in grads_a.items():
+        close(grads_b["_orig_mod." + name], g)
+
+
 OTHER_SETTINGS = (
     "dkr_atomic",
     "tiles_64x32",

@@ -1278,7 +1278,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 30 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 31 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
