@@ -80,7 +80,7 @@ def make_inputs(shape, device, dtype, seed=0):
         gain=rand(B, N, Q, scale=0.1),
         seg_q=segments[:, M:].to(device),
         seg_k=segments.to(device),
-        seg_classes=2,  # the ids counted, as the model counts them in eager mode
+        seg_classes=2,  # the ids counted, as the model counts them
         blocked=blocked.to(device),
         ranks=MaskRanks(ranks.ranks.to(device), ranks.diagonal),
         grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype),

@@ -14,7 +14,7 @@ and backward (events around it: the launches, the work between and around them).
 to --out as it ends, so a run stopped by a time limit keeps the rows before):
 
 - "default": every kernel at the library's settings (LAUNCH), the mask as ranks (as the model gives factorization
-  masks in eager mode), dropout 0;
+  masks), dropout 0;
 - "dkr_atomic" (of --variants): dkr added up in dq by atomic adds (dkr's setting None: no dkr kernel);
 - "matmul" (of --variants): the positional term as one matmul's product read shifted (triton_attention.POSITIONAL
   "matmul": the dense form's kernels, no dkr kernel; the matmuls are in the step's time, no kernel's);

@@ -19,9 +19,9 @@ and whether ptxas issues the warpgroup MMAs synchronously, each waited for befor
     python -m benchmarks.triton_resources --settings 128x64/8/3/matmul ...  (bench_triton_kernels' settings)
 
 The step is the pretraining recipe's default: dropout 0, the masks as ranks (MaskRanks, as the model passes
-factorization masks in eager mode); --variants adds a step for each change named (several joined by '+'): dropout 0.1
-on the probabilities, the masks as (B, Q, K) blocks (as a compiled model passes them), no mask, no segments, dkr added
-up in dq by atomic adds (no dkr kernel), the content stream's positional term as one matmul's product read shifted
+factorization masks); --variants adds a step for each change named (several joined by '+'): dropout 0.1 on the
+probabilities, the masks as (B, Q, K) blocks (as the model passes masks of no such form), no mask, no segments, dkr
+added up in dq by atomic adds (no dkr kernel), the content stream's positional term as one matmul's product read shifted
 (triton_attention.POSITIONAL "matmul": its kernels in the dense form, no dkr kernel).
 
 A check of settings before a GPU is at hand, not a timing: which settings run at all, which spill, and how much of a

@@ -1132,7 +1132,8 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
     ):
         cfg = self.config
         # Shortcuts that read the data ("is anything blocked?", "how many segment ids?") skip work in eager mode; under
-        # torch.compile they would break the graph, so there the masks are always applied.
+        # torch.compile they would break the graph, so there the masks are always applied (the Triton kernels' forms
+        # are read inside an operator, kernel_forms, in both modes).
         shortcuts = not torch.compiler.is_compiling()
 
         def any_or_none(mask):
