@@ -27,8 +27,11 @@ index) comes in one of two forms:
 - dense (the query stream, whose P rows sit at any positions, and a subset of content rows): the caller's shifted
   (B, N, Q, K) positional scores are an operand, and the backward writes their gradient.
 
-Where the queries and keys fill whole tiles and the head size is a power of two (`base`'s shapes), the forward, dk/dv
-and dq kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions.
+Where the keys fill whole tiles and the head size is a power of two (`base`'s shapes), the forward, dk/dv and dq
+kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions; rows
+past the queries (a last block they do not fill, as the query stream's 85 rows) read the last query's operands again,
+so that no bound of rows is checked a score either (nothing of theirs is stored; the backward gives them no
+probability).
 The operator's own positional product (POSITIONAL "matmul") in 16 bits enters each tile's scores as a product with the
 identity (tl.dot(pos, eye, s): exact for finite scores), so that it travels as the keys do, loaded ahead into shared
 memory by Triton's software pipeline and read by the tensor cores, with no conversion or change of layout a score.
@@ -91,6 +94,17 @@ def _below(offs, n, EVEN: tl.constexpr):
     if EVEN:
         return tl.full(offs.shape, 1, tl.int1)
     return offs < n
+
+
+@triton.jit
+def _rows_read(offs_m, Q, WHOLE_ROWS: tl.constexpr):
+    """The rows a block of queries reads its operands at: its own, and past the last query (a block the queries do not
+    fill, WHOLE_ROWS off) the last query's again, so that the loads need no bounds. Such rows' scores are the last
+    row's; the kernels store nothing of them and give them no probability in the backward (their lse read as inf),
+    so that no mask of rows is applied a score."""
+    if WHOLE_ROWS:
+        return offs_m
+    return tl.minimum(offs_m, Q - 1)
 
 
 @triton.jit
@@ -235,7 +249,7 @@ def _tile_scores(
     placeholder). eye: the dense form's identity (_identity)."""
     krt_new = kt
     band_new = band_lo
-    inside = _below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :]  # the queries' and keys' bounds
+    inside = _below(offs_n, K, EVEN)[None, :]  # the keys' bounds (offs_m: _rows_read's, all in bounds)
     s = tl.dot(qw, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N)
     if BAND:
         W: tl.constexpr = BLOCK_M // BLOCK_N
@@ -298,12 +312,12 @@ def _query_block(
 
 
 @triton.jit
-def _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, EVEN: tl.constexpr):
-    """At a block of queries: the output's gradient (BLOCK_M, BLOCK_D), the rows' log-sum-exp (inf past the queries,
-    so their probabilities are 0) and delta = rowsum(dO * O)."""
-    do = tl.load(DO + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
-    lse = tl.load(LSE + bn * Q + offs_m, mask=_below(offs_m, Q, EVEN), other=float("inf"))
-    delta = tl.load(DELTA + bn * Q + offs_m, mask=_below(offs_m, Q, EVEN), other=0.0)
+def _output_grad(DO, LSE, DELTA, b, n, bn, rows, offs_d, so_b, so_n, so_m, q_ok, Q, live):
+    """At a block of queries read at rows (_query_block's): the output's gradient (BLOCK_M, BLOCK_D), the rows'
+    log-sum-exp (inf where not live, past the queries, so that their probabilities are 0) and delta = rowsum(dO * O)."""
+    do = tl.load(DO + b * so_b + n * so_n + rows[:, None] * so_m + offs_d[None, :], mask=q_ok, other=0.0)
+    lse = tl.load(LSE + bn * Q + rows, mask=live, other=float("inf"))
+    delta = tl.load(DELTA + bn * Q + rows, mask=live, other=0.0)
     return do, lse, delta
 
 
@@ -475,6 +489,7 @@ def _attn_fwd(
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
+    WHOLE_ROWS: tl.constexpr,
     POS_ROWS: tl.constexpr,
     SEG_DIMS: tl.constexpr,
 ):
@@ -483,8 +498,9 @@ def _attn_fwd(
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
     offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
+    rows = _rows_read(offs_m, Q, WHOLE_ROWS)
     qw, qr, gain, seg_q, q_ok, _ = _query_block(
-        QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
+        QW, QR, GAIN, SEGQ, b, n, bn, rows, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
     )
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -513,7 +529,7 @@ def _attn_fwd(
             n,
             m0,
             n0,
-            offs_m,
+            rows,
             offs_n,
             offs_d,
             skr_b,
@@ -566,7 +582,9 @@ def _attn_fwd(
     has_key = l_i > 0
     out = acc / tl.where(has_key, l_i, 1.0)[:, None]
     tl.store(
-        OUT + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :], out.to(OUT.dtype.element_ty), mask=q_ok
+        OUT + b * so_b + n * so_n + offs_m[:, None] * so_m + offs_d[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=_below(offs_m, Q, WHOLE_ROWS)[:, None] & q_ok,
     )
     lse = tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf"))
     tl.store(LSE + bn * Q + offs_m, lse, mask=offs_m < Q)
@@ -634,6 +652,7 @@ def _attn_bwd_dkdv(
     PREC: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
     EVEN: tl.constexpr,
+    WHOLE_ROWS: tl.constexpr,
     POS_ROWS: tl.constexpr,
     SEG_DIMS: tl.constexpr,
 ):
@@ -662,11 +681,13 @@ def _attn_bwd_dkdv(
         seg_k = _segment_keys(SEGK, b, ssk_b, offs_n, K, SEG_DIMS, EVEN) if HAS_SEG else 0
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
+            rows = _rows_read(offs_m, Q, WHOLE_ROWS)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
-                QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
+                QW, QR, GAIN, SEGQ, b, n, bn, rows, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
-            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, EVEN)
-            inside = _below(offs_n, K, EVEN)[:, None] & _below(offs_m, Q, EVEN)[None, :]  # (key, row) in bounds
+            live = _below(offs_m, Q, WHOLE_ROWS)
+            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, rows, offs_d, so_b, so_n, so_m, q_ok, Q, live)
+            inside = _below(offs_n, K, EVEN)[:, None]  # the keys in bounds (rows: _rows_read's)
             s = tl.dot(k, tl.trans(qw), input_precision=PREC)  # (BLOCK_N, BLOCK_M)
             if BAND:
                 tl.static_assert(BLOCK_N % BLOCK_M == 0, "keys a multiple of the rows")
@@ -682,7 +703,7 @@ def _attn_bwd_dkdv(
                     tl.gather(hi, tl.maximum(row_of - BLOCK_M, 0), 0),
                 )
             else:
-                pos = _pos_at(POS, b, n, offs_m[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
+                pos = _pos_at(POS, b, n, rows[None, :], offs_n[:, None], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS)
                 s = _add_positional(s, tl.load(pos, mask=inside, other=0.0), eye, POS_ROWS > 0)
             if HAS_SEG and SEG_DIMS:  # (keys, rows): the keys' one-hot by the rows' gains
                 s = tl.dot(tl.trans(seg_k), tl.trans(_segment_rows(gain, seg_q, SEG_DIMS, seg_k.dtype)), s)
@@ -691,7 +712,7 @@ def _attn_bwd_dkdv(
             visible = inside
             if HAS_MASK:
                 visible &= _unmasked(
-                    BLK, b, offs_m[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
+                    BLK, b, rows[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
                 )
             p = _exp(tl.where(visible, s, float("-inf")), lse[None, :])  # (BLOCK_N, BLOCK_M)
             dp = tl.dot(v, tl.trans(do), input_precision=PREC)
@@ -712,10 +733,12 @@ def _attn_bwd_dkdv(
         eye = _identity(POS, BLOCK_N)
         for m0 in range(0, Q, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
+            rows = _rows_read(offs_m, Q, WHOLE_ROWS)
             qw, qr, gain, seg_q, q_ok, _ = _query_block(
-                QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
+                QW, QR, GAIN, SEGQ, b, n, bn, rows, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
             )
-            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, EVEN)
+            live = _below(offs_m, Q, WHOLE_ROWS)
+            do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, rows, offs_d, so_b, so_n, so_m, q_ok, Q, live)
             band_lo, band_mid, _, _ = _band_chunks(  # other rows each turn: every chunk
                 qr, KR, b, n, m0, n0, offs_d, skr_b, skr_n, skr_d, skr_r, qlen, R, D, PREC, BLOCK_M, BLOCK_N, BAND
             )
@@ -735,7 +758,7 @@ def _attn_bwd_dkdv(
                 n,
                 m0,
                 n0,
-                offs_m,
+                rows,
                 offs_n,
                 offs_d,
                 skr_b,
@@ -852,6 +875,7 @@ def _attn_bwd_dq(
     HAS_DROPOUT: tl.constexpr,
     DKR_ATOMIC: tl.constexpr,
     EVEN: tl.constexpr,
+    WHOLE_ROWS: tl.constexpr,
     POS_ROWS: tl.constexpr,
     SEG_DIMS: tl.constexpr,
 ):
@@ -864,10 +888,12 @@ def _attn_bwd_dq(
     b, n = bn // N, bn % N
     m0 = pid_m * BLOCK_M
     offs_m, offs_d = m0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
+    rows = _rows_read(offs_m, Q, WHOLE_ROWS)
     qw, qr, gain, seg_q, q_ok, q_off = _query_block(
-        QW, QR, GAIN, SEGQ, b, n, bn, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
+        QW, QR, GAIN, SEGQ, b, n, bn, rows, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, EVEN
     )
-    do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, EVEN)
+    live = _below(offs_m, Q, WHOLE_ROWS)
+    do, lse, delta = _output_grad(DO, LSE, DELTA, b, n, bn, rows, offs_d, so_b, so_n, so_m, q_ok, Q, live)
     dqw = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dqr = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dgain = tl.zeros([BLOCK_M], tl.float32)
@@ -910,7 +936,7 @@ def _attn_bwd_dq(
             n,
             m0,
             n0,
-            offs_m,
+            rows,
             offs_n,
             offs_d,
             skr_b,
@@ -971,7 +997,7 @@ def _attn_bwd_dq(
             tl.store(  # in the scores' layout: (B, N, Q, K), or the matmul's product read shifted
                 _pos_at(DPOS, b, n, offs_m[:, None], offs_n[None, :], sp_b, sp_n, sp_m, sp_j, sp_blk, POS_ROWS),
                 ds.to(DPOS.dtype.element_ty),
-                mask=_below(offs_m, Q, EVEN)[:, None] & _below(offs_n, K, EVEN)[None, :],
+                mask=live[:, None] & _below(offs_n, K, EVEN)[None, :],
             )
         if HAS_SEG and SEG_DIMS:
             dseg += tl.dot(ds.to(kt.dtype), tl.trans(same), input_precision=PREC)
@@ -986,8 +1012,8 @@ def _attn_bwd_dq(
             dqr += tl.dot(carry_mid.to(kr_mid.dtype), tl.trans(kr_mid), input_precision=PREC)
             if DKR_ATOMIC:
                 _add_dkr(DKR, dkr_row, last + 2 * BLOCK_N, carry_mid, qr, offs_d, R, D, PREC)
-    tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=q_ok)
-    tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=q_ok)
+    tl.store(DQW + q_off, dqw.to(DQW.dtype.element_ty), mask=live[:, None] & q_ok)
+    tl.store(DQR + q_off, dqr.to(DQR.dtype.element_ty), mask=live[:, None] & q_ok)
     if HAS_SEG:
         if SEG_DIMS:  # each row's own segment's part
             dgain = tl.sum(tl.where(seg_q[:, None] == tl.arange(0, SEG_DIMS)[None, :], dseg, 0.0), 1)
@@ -1075,7 +1101,7 @@ def _attn_bwd_dkr(
                 QW, QR, GAIN, SEGQ, b, n, b * N + n, offs_m, offs_d, sq_b, sq_n, sq_m, ssq_b, Q, D, HAS_SEG, False
             )
             do, lse, delta = _output_grad(
-                DO, LSE, DELTA, b, n, b * N + n, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, False
+                DO, LSE, DELTA, b, n, b * N + n, offs_m, offs_d, so_b, so_n, so_m, q_ok, Q, offs_m < Q
             )
             j0 = r0 - qlen + m0
             slab_ok = ((j0 + offs_t)[None, :] >= 0) & ((j0 + offs_t)[None, :] < K) & (offs_d[:, None] < D)
@@ -1299,10 +1325,16 @@ def _block_d(d):
     return max(16, triton.next_power_of_2(d))
 
 
-def _even(Q, K, D, rows, keys):
-    """Whether the operands fill whole tiles: Q and K multiples of the tile's rows and keys, D a power of two of at
-    least 16 (its own block), so the forward, dk/dv and dq kernels check no bounds in their loops (EVEN)."""
-    return Q % rows == 0 and K % keys == 0 and D == _block_d(D)
+def _even(K, D, keys):
+    """Whether the keys fill whole tiles, K a multiple of the tile's keys, and D is a power of two of at least 16 (its
+    own block): then the forward, dk/dv and dq kernels check no bounds in their loops (EVEN; rows past the queries
+    read the last query's operands, _rows_read)."""
+    return K % keys == 0 and D == _block_d(D)
+
+
+def _whole_rows(Q, rows):
+    """Whether the queries fill whole tiles of rows (WHOLE_ROWS: no row is read twice, no store or lse masked)."""
+    return Q % rows == 0
 
 
 def _tiled(kernel, qw, K, flags):
@@ -1310,8 +1342,12 @@ def _tiled(kernel, qw, K, flags):
     setting, the head size's block, the operands' flags, whether they fill whole tiles and the launch options."""
     rows, keys, launch = _launch(kernel, qw.device, qw.dtype, flags["BAND"])
     _, _, Q, D = qw.shape
-    even = _even(Q, K, D, rows, keys)
-    return rows, keys, dict(BLOCK_M=rows, BLOCK_N=keys, BLOCK_D=_block_d(D), **flags, EVEN=even, **launch)
+    even, whole = _even(K, D, keys), _whole_rows(Q, rows)
+    return (
+        rows,
+        keys,
+        dict(BLOCK_M=rows, BLOCK_N=keys, BLOCK_D=_block_d(D), **flags, EVEN=even, WHOLE_ROWS=whole, **launch),
+    )
 
 
 # The kernels as two custom operators (forward; backward) with autograd between them: torch.compile takes them whole

@@ -354,6 +354,7 @@ OTHER_SETTINGS = (
     "dk_dv_keys_major",
     "positional_matmul_64x64",
     "positional_matmul_whole_tiles",
+    "positional_matmul_whole_keys",
     "positional_matmul_segments_by_product",
     "tiles_64x32_segments_by_product",
 )
@@ -368,13 +369,18 @@ def test_triton_kernels_at_other_launch_settings_give_the_default_gradients(dtyp
     atomic adds), with the forward, dk/dv and dq at tiles of 64 rows by 32 keys (two chunks of distances carried
     along the keys; warpgroup MMA on an H100), with dk/dv at 32 rows by 64 keys held keys by rows, and with the
     positional term as one matmul's product read shifted (POSITIONAL "matmul", bf16 rounding that product as the SDPA
-    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked), and with the
+    path does) at 64 x 64 tiles, also on queries and keys that fill them (EVEN: no bounds checked) and on keys that
+    do but queries that do not (EVEN, the rows past the queries reading the last query's operands), and with the
     segment ids' count given (seg_classes: bf16 adds the segment term by a product of one-hot dims, by matmul at 64 x
     64 tiles and by the band, its dkr kernel too, at 64 x 32)."""
     from xlnet_lite import triton_attention as ta
 
     gen, rand = seeded(2, dtype)
-    batch, N, Q, M, D = (2, 2, 128, 64, 64) if change == "positional_matmul_whole_tiles" else BASE_HEAD
+    shapes = {
+        "positional_matmul_whole_tiles": (2, 2, 128, 64, 64),
+        "positional_matmul_whole_keys": (2, 2, 150, 106, 64),
+    }
+    batch, N, Q, M, D = shapes.get(change, BASE_HEAD)
     K = Q + M
 
     qw, qr = rand(batch, N, Q, D, scale=D**-0.5), rand(batch, N, Q, D, scale=D**-0.5)

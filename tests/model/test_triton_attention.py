@@ -783,18 +783,23 @@ def banded_step(
         (dict(seed=2, Q=32, M=32, D=16, ranks=True, dropout=0.1, kr_rows=B), "band", True),
         (dict(seed=3, Q=32, M=32, D=16, ranks=True), "matmul", False),
         (dict(seed=4, Q=32, M=32, D=16, qlen=20), "matmul", True),
+        (dict(seed=6, Q=29, M=35, D=16, ranks=True, dropout=0.1), "band", True),
+        (dict(seed=7, Q=29, M=35, D=16, ranks=True), "matmul", False),
     ],
 )
 def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step, form, tall):
-    """Queries and keys multiples of every tile and a head size of 16 (its own block): the forward, dk/dv and dq
-    launch with EVEN (no bounds checked in their loops; the dkr kernel checks its own) and give exactly the output and
-    every gradient of the same launches with the bounds checked; the mask as a block or as ranks, the positional term
-    as the band or one matmul's product, square tiles or tall ones with dk/dv held keys by rows, dropout drawn alike.
-    Shapes that are not whole tiles launch with EVEN off."""
+    """Keys a multiple of every tile and a head size of 16 (its own block): the forward, dk/dv and dq launch with EVEN
+    (no bounds checked in their loops; the dkr kernel checks its own) and give exactly the output and every gradient
+    of the same launches with the bounds checked; the mask as a block or as ranks, the positional term as the band or
+    one matmul's product, square tiles or tall ones with dk/dv held keys by rows, dropout drawn alike; queries that
+    fill whole tiles of rows (WHOLE_ROWS) or not (29: the rows past them read the last query's operands, nothing of
+    them stored). Keys that are not whole tiles launch with EVEN off."""
     from xlnet_lite import triton_attention as ta
 
-    launched = []
+    launched, whole = [], []
     logged_launches(monkeypatch, launched, "EVEN")
+    decide = ta._whole_rows
+    monkeypatch.setattr(ta, "_whole_rows", lambda *args: whole.append(decide(*args)) or whole[-1])
     monkeypatch.setitem(ta.POSITIONAL, "interpreter", form)
     monkeypatch.setattr(ta, "WINDOW_ROWS", 16)  # two windows of the product (matmul)
     if tall:
@@ -803,6 +808,7 @@ def test_whole_tiles_check_no_bounds_and_give_the_same_results(monkeypatch, step
     out, grads = run()
     kernels = ["_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"] + ["_attn_bwd_dkr"] * (form == "band")
     assert launched == [(name, None if name == "_attn_bwd_dkr" else True) for name in kernels]
+    assert whole == [step["Q"] == 32] * 3
     launched.clear()
     monkeypatch.setattr(ta, "_even", lambda *args: False)
     checked = run()
@@ -1278,7 +1284,7 @@ def test_the_gpu_command_runs_the_kernels_tests_and_rows_that_exist(tmp_path):
         cwd=REPO,
     )
     names = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert len(names) == 31 and all("triton" in n for n in names), collected.stdout[-2000:]
+    assert len(names) == 33 and all("triton" in n for n in names), collected.stdout[-2000:]
     assert len(gpu_calls) == 2
     for gpu_args in gpu_calls:
         variants = gpu_args[gpu_args.index("--variants") + 1 : gpu_args.index("--out")]
