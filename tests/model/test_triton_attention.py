@@ -914,6 +914,40 @@ def test_the_operator_refuses_layouts_its_kernels_do_not_take():
             forward(**inputs)
 
 
+def test_the_operators_pass_torch_librarys_checks_with_the_forms_read_from_the_data():
+    """torch.library.opcheck on the forward operator (its schema, the shapes it tells torch.compile, its autograd
+    registration, no aliasing) with the mask as a block and KernelForms' ranks and CPU facts beside it, the segment
+    ids counted, over the band and the caller's scores; and the operator reads the ranks where the facts say so:
+    the content stream's own ranks give the block's output, ranks that block every key give rows of zeros."""
+    from xlnet_lite import triton_attention as ta
+    from xlnet_lite.modeling_xlnet_lite import kernel_forms
+
+    gen = torch.Generator().manual_seed(13)
+    batch, N, Q, M, D = 2, 1, 5, 3, 16
+    K = Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    perm_mask, target_mapping = xlnet_masks(batch, Q, 2, seed=13)
+    blocked = F.pad(perm_mask.bool(), (M, 0))
+    seg = torch.randint(0, 2, (batch, K), generator=gen, dtype=torch.int32)
+    ranks_h, facts_h, _, _ = kernel_forms(blocked, target_mapping.argmax(-1), seg, M)
+    content = content_stream_mask(blocked, qlen=Q, mlen=M)
+    qw, k, v, gain = rand(batch, N, Q, D), rand(batch, N, K, D), rand(batch, N, K, D), rand(batch, N, Q)
+    operands = (gain, seg[:, M:].contiguous(), seg, content, ranks_h, facts_h, None, 0.0, Q, ta.NO_DIAGONAL, 0)
+    for positional in ((qw, rand(1, N, D, Q + K), None), (qw, None, rand(batch, N, Q, K))):
+        torch.library.opcheck(ta._forward, (qw, positional[0], k, v, *positional[1:], *operands))
+    _, facts_h, _, _ = kernel_forms(blocked, None, None, M)
+    assert facts_h.tolist() == [1, ta.NO_DIAGONAL, 0]  # own ranks, no ids
+    with torch.no_grad():
+        kwargs = dict(qr=qw, kr=torch.randn(1, N, D, Q + K, generator=gen), qlen=Q)
+        by_ranks = relative_attention(qw, k, v, blocked=content, forms=(ranks_h, facts_h), **kwargs)
+        assert torch.equal(by_ranks, relative_attention(qw, k, v, blocked=content, **kwargs))
+        none_seen = relative_attention(qw, k, v, blocked=content, forms=(0 * ranks_h, facts_h), **kwargs)
+        assert by_ranks.abs().max() > 0 and not none_seen.any()
+
+
 @pytest.mark.parametrize(
     "kr_rows, qlen, extra_distances, window_rows",
     [(1, None, 0, 64), (1, None, 0, 16), (B, 45, -12, 16), (1, 10, 0, 16), (B, 10, 7, 32)],
