@@ -786,7 +786,7 @@ def kernel_forms(blocked, query_pos, seg_keys, mlen):
     from the rows that come before it), else the query stream's with its own key re-opened (one more comparison a
     score in the kernels). query_pos (B, P) or None: the query stream's rows; seg_keys (B, K) or None. A mask absent
     gives empty ranks, a query stream absent empty ranks and a fact of no form."""
-    device = next(t.device for t in (blocked, query_pos, seg_keys) if t is not None)
+    device = _forms_device(blocked, query_pos, seg_keys)
     ranks_h, ranks_g = (torch.empty(0, dtype=torch.int32, device=device) for _ in range(2))
     yes = torch.ones((), dtype=torch.long, device=device)
     checks = [0 * yes, 0 * yes]
@@ -805,20 +805,28 @@ def kernel_forms(blocked, query_pos, seg_keys, mlen):
     classes = highest + 1 if lowest >= 0 else 0
     facts_h = [1, NO_DIAGONAL, classes] if own_exact else [exact, mlen, classes]
     facts_g = [int(bool(exact) and query_pos is not None), NO_DIAGONAL, classes]
-    return ranks_h, torch.tensor(facts_h), ranks_g, torch.tensor(facts_g)
+    return ranks_h, torch.tensor(facts_h, device="cpu"), ranks_g, torch.tensor(facts_g, device="cpu")
 
 
 @kernel_forms.register_fake
 def _kernel_forms_shapes(blocked, query_pos, seg_keys, mlen):
-    device = next(t.device for t in (blocked, query_pos, seg_keys) if t is not None)
+    device = _forms_device(blocked, query_pos, seg_keys)
     ranks_h, ranks_g = (torch.empty(0, dtype=torch.int32, device=device) for _ in range(2))
     if blocked is not None:
         rows, T, K = blocked.shape
         ranks_h = blocked.new_empty(rows, T + K, dtype=torch.int32)
         if query_pos is not None:
             ranks_g = blocked.new_empty(query_pos.shape[0], query_pos.shape[1] + K, dtype=torch.int32)
-    facts_h, facts_g = (torch.empty(3, dtype=torch.int64) for _ in range(2))
+    facts_h, facts_g = (torch.empty(3, dtype=torch.int64, device="cpu") for _ in range(2))
     return ranks_h, facts_h, ranks_g, facts_g
+
+
+def _forms_device(*tensors):
+    """kernel_forms' device: its inputs'; it needs one."""
+    for t in tensors:
+        if t is not None:
+            return t.device
+    raise ValueError("kernel_forms needs a mask, query rows or segment ids (all three are None)")
 
 
 def triton_mask_ranks(blocked, *, mlen, query_pos):

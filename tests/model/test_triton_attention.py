@@ -4,6 +4,7 @@ transformers' XLNet (forward) and against its own explicit kernel (a training st
 kernels are compiled; tests/model/test_gpu.py runs them there."""
 
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -72,13 +73,18 @@ def logged_launches(monkeypatch, launched, flag):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("banded", [True, False])
-def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
+@pytest.mark.parametrize("whole_keys", [False, True])
+def test_kernels_equal_the_plain_attention_forward_and_backward(monkeypatch, seed, banded, whole_keys):
     """Scores with every term (content, positional banded or dense, segments, perm-style masks with a row that sees
     nothing), 2 heads of size 12 (padded to 16 inside), queries and keys not multiples of the tile, a memory of 6;
     positional keys shared by the batch or one per row (bi_data), a mask per row or shared by the batch ("uni"):
-    output and the gradient of every input."""
+    output and the gradient of every input. Or (whole_keys) 17 queries, a memory of 15 and heads of 16: keys and
+    head that fill whole tiles (EVEN: no bounds checked) with queries that do not (the rows past them reading the
+    last query's operands, that query seeing no key in one batch row)."""
+    launched = []
+    logged_launches(monkeypatch, launched, "EVEN")
     gen = torch.Generator().manual_seed(seed)
-    N, Q, M, D = 2, 19, 6, 12
+    N, Q, M, D = (2, 17, 15, 16) if whole_keys else (2, 19, 6, 12)
     K, R = Q + M, 2 * Q + M
 
     def rand(*shape):
@@ -91,6 +97,8 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     seg_q, seg_k = torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
     blocked = torch.rand(1 if seed == 1 else B, Q, K, generator=gen) < 0.5
     blocked[-1, 4] = True  # a query that may see no key
+    if whole_keys:
+        blocked[0, -1] = True  # and the last one, whose operands the rows past the queries read
     out = relative_attention(
         qw,
         k,
@@ -113,6 +121,7 @@ def test_kernels_equal_the_plain_attention_forward_and_backward(seed, banded):
     want = torch.autograd.grad((expected * grad_out).sum(), inputs)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    assert {even for name, even in launched if name != "_attn_bwd_dkr"} == {whole_keys}
 
 
 @pytest.mark.parametrize("banded", [True, False])
@@ -258,6 +267,10 @@ def test_kernel_forms_reads_the_masks_and_the_segment_ids_once_and_passes_the_op
         (None, None, seg_keys, 0),
     ):
         torch.library.opcheck(kernel_forms, args)
+    with pytest.raises(ValueError, match="needs a mask, query rows or segment ids"):
+        kernel_forms(None, None, None, 0)
+    with torch.device("meta"):  # the facts stay on the CPU whatever the default device
+        assert kernel_forms(None, None, torch.zeros(2, 3, dtype=torch.long, device="cpu"), 0)[1].device.type == "cpu"
 
 
 def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block_otherwise(monkeypatch):
@@ -271,26 +284,28 @@ def test_the_model_gives_the_kernels_ranks_for_factorization_masks_and_the_block
     ids = torch.randint(0, 97, (B, T), generator=torch.Generator().manual_seed(4))
     first_hf, first_lite = run_both(hf, lite, TRITON_ATTENTION, input_ids=ids.flip(1))  # the memory
     scrambled = torch.rand(B, T, T, generator=torch.Generator().manual_seed(6)) < 0.5
-    for mask, kind in ((perm_mask, "ranks"), (scrambled.float(), "block")):
+    # the first layer's content stream (left padding: its own key re-opened) and query stream, the last's query stream
+    for mask, kinds in ((perm_mask, ["diagonal", "ranks", "ranks"]), (scrambled.float(), ["block"] * 3)):
         seen.clear()
         inputs = dict(input_ids=ids, perm_mask=mask, target_mapping=target_mapping, **segments_and_left_padding((B, T)))
         with torch.no_grad():
             a, b = hf(**inputs, mems=first_hf.mems), lite(**inputs, mems=first_lite.mems)
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=1e-4)
-        # both streams of the first layer (the last computes the query stream only); ids 0, 1, 2 counted
-        assert seen == [(kind, 3)] * 3
+        assert seen == [(kind, 3) for kind in kinds]  # ids 0, 1, 2 counted
 
 
 def forms_seen(monkeypatch, seen):
-    """The operators, for the test, log into `seen` the form of the mask they hand the kernels ("ranks" or "block")
-    and the segment ids' count (0: compared), as they run (forward and backward, eager or compiled)."""
+    """The operators, for the test, log into `seen` the form of the mask they hand the kernels ("ranks", "diagonal":
+    ranks with each row's own key re-opened, or "block") and the segment ids' count (0: compared), as they run
+    (forward and backward, eager or compiled)."""
     from xlnet_lite import triton_attention as ta
 
     decide = ta._forms
 
     def spy(*args):
         blocked, diagonal, classes = decide(*args)
-        seen.append(("ranks" if blocked is not None and blocked.dtype == torch.int32 else "block", classes))
+        ranked = blocked is not None and blocked.dtype == torch.int32
+        seen.append(("block" if not ranked else "ranks" if diagonal == NO_DIAGONAL else "diagonal", classes))
         return blocked, diagonal, classes
 
     monkeypatch.setattr(ta, "_forms", spy)
@@ -489,9 +504,9 @@ def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
 def test_compiled_whole_with_the_kernels_inside(monkeypatch):
     """torch.compile(fullgraph=True) takes the kernels as operators in its graph (no break around them) and a
     training step gives the uncompiled step's loss and gradients; the kernels are handed the masks in the same forms
-    and the segment ids counted as in eager mode (ranks, 3 ids), read from the data when the graph runs. One layer: a
-    second compiles the same operators again (twice the compile time on a CPU)."""
-    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6, "n_layer": 1})
+    and the segment ids counted as in eager mode, read from the data when the graph runs: the query streams' ranks,
+    the content stream's with its own key re-opened (left padding), 3 ids."""
+    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6, "n_layer": 2})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=7).train()
     model.config._attn_implementation = TRITON_ATTENTION
     inputs = dict(**pretraining_batch(8), **segments_and_left_padding((B, T)))
@@ -501,8 +516,9 @@ def test_compiled_whole_with_the_kernels_inside(monkeypatch):
     eager = list(seen)
     seen.clear()
     loss_b, grads_b = training_step(torch.compile(model, fullgraph=True, dynamic=False), model, inputs)
-    # the query stream's forward and backward (the one layer computes no content stream)
-    assert seen == eager == [("ranks", 3)] * 2
+    # forward and backward: two query streams, the first layer's content stream (the last computes none)
+    want = Counter({("ranks", 3): 4, ("diagonal", 3): 2})
+    assert Counter(seen) == Counter(eager) == want
     torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
     assert grads_b.keys() == grads_a.keys()
     for name in grads_a:
