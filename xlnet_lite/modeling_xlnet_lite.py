@@ -761,16 +761,17 @@ def triton_attend(attn, q, keys, *, biases, seg_q, seg_keys, blocked, query_pos,
 
 class KernelForms(NamedTuple):
     """What one stream's mask and segment ids allow the Triton kernels, found in the data at run time by kernel_forms
-    (so that a compiled graph holds no branch on the data). facts (3,) int64 on the CPU: [ranked, diagonal, classes]:
-    ranked 1, the stream's mask is MaskRanks(ranks, diagonal) (else the kernels read the block); classes, the segment
-    ids lie in [0, classes) (0: a negative id, or none). ranks (B or 1, Q + K) int32, or None: the block only."""
+    (so that a compiled graph holds no branch on the data). facts (4,) int64 on the CPU: [ranked, diagonal, classes,
+    free]: ranked 1, the stream's mask is MaskRanks(ranks, diagonal) (else the kernels read the block); classes, the
+    segment ids lie in [0, classes) (0: a negative id, or none); free, every row sees the first `free` keys (a memory:
+    the kernels compare nothing in tiles of them). ranks (B or 1, Q + K) int32, or None: the block only."""
 
     ranks: torch.Tensor | None
     facts: torch.Tensor
 
     def mask_ranks(self):
         """The mask as MaskRanks, or None where it has no such form."""
-        ranked, diagonal, _ = self.facts.tolist()
+        ranked, diagonal, _, _ = self.facts.tolist()
         return MaskRanks(self.ranks, diagonal) if ranked and self.ranks is not None else None
 
 
@@ -784,27 +785,30 @@ def kernel_forms(blocked, query_pos, seg_keys, mlen):
     ranks, facts). blocked (B or 1, T, K) or None: what the query stream may not see; the content stream sees that
     and itself (key mlen + i): ranks of its own where its mask has them (a factorization order's does: a key hidden
     from the rows that come before it), else the query stream's with its own key re-opened (one more comparison a
-    score in the kernels). query_pos (B, P) or None: the query stream's rows; seg_keys (B, K) or None. A mask absent
-    gives empty ranks, a query stream absent empty ranks and a fact of no form."""
+    score in the kernels); and how many leading keys every row sees (all rows: the query stream's rows are some of
+    them). query_pos (B, P) or None: the query stream's rows; seg_keys (B, K) or None. A mask absent gives empty ranks
+    and no free keys, a query stream absent empty ranks and a fact of no form."""
     device = _forms_device(blocked, query_pos, seg_keys)
     ranks_h, ranks_g = (torch.empty(0, dtype=torch.int32, device=device) for _ in range(2))
     yes = torch.ones((), dtype=torch.long, device=device)
-    checks = [0 * yes, 0 * yes]
+    checks = [0 * yes] * 4
     if blocked is not None:
         ranks, exact = ranks_and_check(blocked)
         T = blocked.shape[1]
-        own, own_exact = ranks_and_check(content_stream_mask(blocked, qlen=T, mlen=mlen))
-        checks = [exact, own_exact]
+        content = content_stream_mask(blocked, qlen=T, mlen=mlen)
+        own, own_exact = ranks_and_check(content)
+        checks = [exact, own_exact, leading_free_keys(content), leading_free_keys(blocked)]
     ids = torch.aminmax(seg_keys) if seg_keys is not None and seg_keys.numel() else (-yes, -yes)
-    exact, own_exact, lowest, highest = torch.stack([c.long() for c in (*checks, *ids)]).tolist()  # the one sync
+    found = torch.stack([c.long() for c in (*checks, *ids)]).tolist()  # the one sync
+    exact, own_exact, free_h, free_g, lowest, highest = found
     if blocked is not None:
         ranks_h = own if own_exact else ranks
         if query_pos is not None:
             rows, keys = ranks.expand(query_pos.shape[0], -1).split([T, ranks.shape[-1] - T], dim=-1)
             ranks_g = torch.cat([rows.gather(1, query_pos), keys], dim=-1)  # (B, P + K)
     classes = highest + 1 if lowest >= 0 else 0
-    facts_h = [1, NO_DIAGONAL, classes] if own_exact else [exact, mlen, classes]
-    facts_g = [int(bool(exact) and query_pos is not None), NO_DIAGONAL, classes]
+    facts_h = [1, NO_DIAGONAL, classes, free_h] if own_exact else [exact, mlen, classes, free_h]
+    facts_g = [int(bool(exact) and query_pos is not None), NO_DIAGONAL, classes, free_g]
     return ranks_h, torch.tensor(facts_h, device="cpu"), ranks_g, torch.tensor(facts_g, device="cpu")
 
 
@@ -817,8 +821,14 @@ def _kernel_forms_shapes(blocked, query_pos, seg_keys, mlen):
         ranks_h = blocked.new_empty(rows, T + K, dtype=torch.int32)
         if query_pos is not None:
             ranks_g = blocked.new_empty(query_pos.shape[0], query_pos.shape[1] + K, dtype=torch.int32)
-    facts_h, facts_g = (torch.empty(3, dtype=torch.int64, device="cpu") for _ in range(2))
+    facts_h, facts_g = (torch.empty(4, dtype=torch.int64, device="cpu") for _ in range(2))
     return ranks_h, facts_h, ranks_g, facts_g
+
+
+def leading_free_keys(blocked):
+    """How many leading keys no row of blocked (B or 1, Q, K) blocks, in every batch row (a device scalar: no sync)."""
+    free = (~blocked.any(1)).int().cumprod(-1).sum(-1)  # (B or 1,)
+    return free.min() if free.numel() else free.new_zeros(())
 
 
 def _forms_device(*tensors):

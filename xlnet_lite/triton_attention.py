@@ -223,6 +223,7 @@ def _tile_scores(
     D,
     qlen,
     diag,
+    free,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BAND: tl.constexpr,
@@ -272,12 +273,27 @@ def _tile_scores(
     same = 0
     if HAS_SEG:
         s, same = _add_segment(s, gain, seg_q, _segment_keys(SEGK, b, ssk_b, offs_n, K, SEG_DIMS, EVEN), SEG_DIMS)
-    visible = inside
     if HAS_MASK:
-        visible &= _unmasked(
-            BLK, b, offs_m[:, None], offs_n[None, :], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
+        s = _masked(
+            s,
+            BLK,
+            b,
+            offs_m[:, None],
+            offs_n[None, :],
+            inside,
+            n0,
+            free,
+            sbk_b,
+            sbk_m,
+            sbk_j,
+            Q,
+            K,
+            diag,
+            RANKED,
+            EVEN,
+            BLOCK_N,
         )
-    return tl.where(visible, s, float("-inf")), band_new, krt_new, same
+    return tl.where(inside, s, float("-inf")), band_new, krt_new, same
 
 
 @triton.jit
@@ -328,17 +344,64 @@ def _unmasked(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED: t
     the keys': a key is blocked where its rank is at most the row's; RANKED 2 (DIAGONAL): the same, except key
     row + diag (the content stream's own position, where its mask has no ranks of its own), one more comparison a
     score. Two vectors a tile instead of a (BLOCK_M, BLOCK_N) block of the mask."""
+    first, second = _mask_read(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, RANKED, EVEN)
+    return _seen(first, second, rows, keys, diag, RANKED)
+
+
+@triton.jit
+def _mask_read(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, RANKED: tl.constexpr, EVEN: tl.constexpr):
+    """_unmasked's loads: the rows' and the keys' ranks (RANKED), or the block of the mask and a placeholder."""
     if RANKED:
         base = BLK + b * sbk_b
-        row_rank = tl.load(base + rows, mask=_below(rows, Q, EVEN), other=0)
+        first = tl.load(base + rows, mask=_below(rows, Q, EVEN), other=0)
         if EVEN:  # every key of the tile in [0, K)
-            key_rank = tl.load(base + Q + keys)
+            second = tl.load(base + Q + keys)
         else:
-            key_rank = tl.load(base + Q + keys, mask=(keys >= 0) & (keys < K), other=0)
-        if RANKED == DIAGONAL:
-            return (key_rank > row_rank) | (keys == rows + diag)
-        return key_rank > row_rank
-    return tl.load(BLK + b * sbk_b + rows * sbk_m + keys * sbk_j, mask=ok, other=1) == 0
+            second = tl.load(base + Q + keys, mask=(keys >= 0) & (keys < K), other=0)
+    else:
+        first, second = tl.load(BLK + b * sbk_b + rows * sbk_m + keys * sbk_j, mask=ok, other=1), 0
+    return first, second
+
+
+@triton.jit
+def _seen(first, second, rows, keys, diag, RANKED: tl.constexpr):
+    """_unmasked's comparison of what _mask_read loaded."""
+    if RANKED == DIAGONAL:
+        seen = (second > first) | (keys == rows + diag)
+    elif RANKED:
+        seen = second > first
+    else:
+        seen = first == 0
+    return seen
+
+
+@triton.jit
+def _masked(
+    s,
+    BLK,
+    b,
+    rows,
+    keys,
+    ok,
+    n0,
+    free,
+    sbk_b,
+    sbk_m,
+    sbk_j,
+    Q,
+    K,
+    diag,
+    RANKED: tl.constexpr,
+    EVEN: tl.constexpr,
+    KEYS: tl.constexpr,
+):
+    """s with -inf where the mask blocks the key, except in a tile of keys all before `free` (a number of leading
+    keys, the memory's, that every row sees: the kernels skip the comparisons there). n0: the tile's first key; KEYS:
+    its keys (the mask's loads are issued either way, so that the loop's pipeline holds them)."""
+    first, second = _mask_read(BLK, b, rows, keys, ok, sbk_b, sbk_m, sbk_j, Q, K, RANKED, EVEN)
+    if n0 + KEYS > free:
+        s = tl.where(_seen(first, second, rows, keys, diag, RANKED), s, float("-inf"))
+    return s
 
 
 @triton.jit
@@ -478,6 +541,7 @@ def _attn_fwd(
     D,
     qlen,
     diag,
+    free,
     DROP_P,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -551,6 +615,7 @@ def _attn_fwd(
             D,
             qlen,
             diag,
+            free,
             BLOCK_M,
             BLOCK_N,
             BAND,
@@ -641,6 +706,7 @@ def _attn_bwd_dkdv(
     D,
     qlen,
     diag,
+    free,
     DROP_P,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -709,12 +775,27 @@ def _attn_bwd_dkdv(
                 s = tl.dot(tl.trans(seg_k), tl.trans(_segment_rows(gain, seg_q, SEG_DIMS, seg_k.dtype)), s)
             elif HAS_SEG:
                 s += tl.where(seg_q[None, :] == seg_k[:, None], gain[None, :], 0.0)
-            visible = inside
             if HAS_MASK:
-                visible &= _unmasked(
-                    BLK, b, rows[None, :], offs_n[:, None], visible, sbk_b, sbk_m, sbk_j, Q, K, diag, RANKED, EVEN
+                s = _masked(
+                    s,
+                    BLK,
+                    b,
+                    rows[None, :],
+                    offs_n[:, None],
+                    inside,
+                    n0,
+                    free,
+                    sbk_b,
+                    sbk_m,
+                    sbk_j,
+                    Q,
+                    K,
+                    diag,
+                    RANKED,
+                    EVEN,
+                    BLOCK_N,
                 )
-            p = _exp(tl.where(visible, s, float("-inf")), lse[None, :])  # (BLOCK_N, BLOCK_M)
+            p = _exp(tl.where(inside, s, float("-inf")), lse[None, :])  # (BLOCK_N, BLOCK_M)
             dp = tl.dot(v, tl.trans(do), input_precision=PREC)
             if HAS_DROPOUT:
                 kept = _kept(SEED, bn, offs_m[None, :], offs_n[:, None], Q, K, DROP_P)
@@ -780,6 +861,7 @@ def _attn_bwd_dkdv(
                 D,
                 qlen,
                 diag,
+                free,
                 BLOCK_M,
                 BLOCK_N,
                 BAND,
@@ -862,6 +944,7 @@ def _attn_bwd_dq(
     D,
     qlen,
     diag,
+    free,
     DROP_P,
     kr_rows,
     BLOCK_M: tl.constexpr,
@@ -958,6 +1041,7 @@ def _attn_bwd_dq(
             D,
             qlen,
             diag,
+            free,
             BLOCK_M,
             BLOCK_N,
             BAND,
@@ -1376,7 +1460,7 @@ def _forward(
     which decide the mask's form and seg_classes when the operator runs; seed (1,) int64, the dropout's, or None with
     dropout_p 0. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
-    blocked, mask_diagonal, seg_classes = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
+    blocked, mask_diagonal, seg_classes, free = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
     gain, seg_k, seg_dims = _segment_operands(qw, kr, gain, seg_k, seg_classes)
     _check_layout(qw, qr, k, v, kr, pos, gain, blocked)
     out, lse = _forward_outputs(qw)
@@ -1397,6 +1481,7 @@ def _forward(
         D,
         qlen,
         args.diag,
+        free,
         dropout_p,
         **tiled,
     )
@@ -1434,7 +1519,7 @@ def _backward(
 ):
     """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
-    blocked, mask_diagonal, seg_classes = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
+    blocked, mask_diagonal, seg_classes, free = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
     gain, seg_k, seg_dims = _segment_operands(qw, kr, gain, seg_k, seg_classes)
     K = k.shape[2]
     dout = dout.contiguous()
@@ -1473,6 +1558,7 @@ def _backward(
         D,
         qlen,
         args.diag,
+        free,
         dropout_p,
         **tiled,
     )
@@ -1496,6 +1582,7 @@ def _backward(
         D,
         qlen,
         args.diag,
+        free,
         dropout_p,
         kr.shape[0] if kr is not None else 1,
         DKR_ATOMIC=dkr_atomic,
@@ -1721,14 +1808,15 @@ def _segments_by_product(qw, kr, seg_classes):
 
 
 def _forms(blocked, ranks, facts, mask_diagonal, seg_classes):
-    """(mask, mask_diagonal, seg_classes) as the kernels take them when the operator runs: the caller's, or where it
-    gave KernelForms (facts; the ranks None for the block only), what they found in the data."""
+    """(mask, mask_diagonal, seg_classes, free) as the kernels take them when the operator runs: the caller's (free
+    0), or where it gave KernelForms (facts; the ranks None for the block only), what they found in the data; free:
+    how many leading keys every row sees (the kernels compare nothing in tiles of them)."""
     if facts is None:
-        return blocked, mask_diagonal, seg_classes
-    ranked, diagonal, seg_classes = facts.tolist()  # on the CPU: no sync
+        return blocked, mask_diagonal, seg_classes, 0
+    ranked, diagonal, seg_classes, free = facts.tolist()  # on the CPU: no sync
     if ranked and ranks is not None:
         blocked, mask_diagonal = ranks, diagonal
-    return blocked, mask_diagonal, seg_classes
+    return blocked, mask_diagonal, seg_classes, free
 
 
 def _segment_operands(qw, kr, gain, seg_k, seg_classes):

@@ -329,9 +329,9 @@ def test_triton_kernels_compiled_whole_in_the_model_take_eager_modes_forms():
     seen, decide = [], ta._forms
 
     def spy(*args):
-        blocked, diagonal, classes = decide(*args)
+        blocked, diagonal, classes, free = decide(*args)
         seen.append((None if blocked is None else blocked.dtype, diagonal, classes))
-        return blocked, diagonal, classes
+        return blocked, diagonal, classes, free
 
     def training_step(model):
         first = model(ids(), use_mems=True, **segments_and_left_padding((B, T)), **two_stream())

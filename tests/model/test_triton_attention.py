@@ -259,6 +259,17 @@ def test_kernel_forms_reads_the_masks_and_the_segment_ids_once_and_passes_the_op
     assert torch.equal(KernelForms(*found[2:]).mask_ranks().ranks, query.ranks)
     _, facts_h, _, facts_g = kernel_forms(scrambled, query_pos, None, 4)
     assert facts_h[0] == facts_g[0] == 0
+
+    def free(mask):  # leading keys no row of any batch row blocks
+        seen_by_all = [not mask[:, :, j].any() for j in range(mask.shape[-1])]
+        return seen_by_all.index(False) if False in seen_by_all else len(seen_by_all)
+
+    for mask in (blocked, scrambled, causal, torch.ones_like(scrambled), torch.zeros_like(scrambled)):
+        _, facts_h, _, facts_g = kernel_forms(mask, query_pos, None, 4)
+        content = content_stream_mask(mask, qlen=T, mlen=4)
+        assert (facts_h[3], facts_g[3]) == (free(content), free(mask))
+    assert free(blocked) >= 4 and free(causal) == 5 and free(scrambled) == 4
+    assert kernel_forms(None, None, seg_keys, 4)[1][3] == 0  # no mask given: none free
     seg_keys = torch.randint(0, 2, (B, T + 4))
     for args in (
         (blocked, query_pos, seg_keys, 4),
@@ -303,10 +314,10 @@ def forms_seen(monkeypatch, seen):
     decide = ta._forms
 
     def spy(*args):
-        blocked, diagonal, classes = decide(*args)
+        blocked, diagonal, classes, free = decide(*args)
         ranked = blocked is not None and blocked.dtype == torch.int32
         seen.append(("block" if not ranked else "ranks" if diagonal == NO_DIAGONAL else "diagonal", classes))
-        return blocked, diagonal, classes
+        return blocked, diagonal, classes, free
 
     monkeypatch.setattr(ta, "_forms", spy)
 
@@ -955,13 +966,54 @@ def test_the_operators_pass_torch_librarys_checks_with_the_forms_read_from_the_d
     for positional in ((qw, rand(1, N, D, Q + K), None), (qw, None, rand(batch, N, Q, K))):
         torch.library.opcheck(ta._forward, (qw, positional[0], k, v, *positional[1:], *operands))
     _, facts_h, _, _ = kernel_forms(blocked, None, None, M)
-    assert facts_h.tolist() == [1, ta.NO_DIAGONAL, 0]  # own ranks, no ids
+    assert facts_h.tolist()[:3] == [1, ta.NO_DIAGONAL, 0] and facts_h[3] >= M  # own ranks, no ids; the memory free
     with torch.no_grad():
         kwargs = dict(qr=qw, kr=torch.randn(1, N, D, Q + K, generator=gen), qlen=Q)
         by_ranks = relative_attention(qw, k, v, blocked=content, forms=(ranks_h, facts_h), **kwargs)
         assert torch.equal(by_ranks, relative_attention(qw, k, v, blocked=content, **kwargs))
         none_seen = relative_attention(qw, k, v, blocked=content, forms=(0 * ranks_h, facts_h), **kwargs)
         assert by_ranks.abs().max() > 0 and not none_seen.any()
+
+
+@pytest.mark.parametrize("banded, tall", [(True, False), (True, True), (False, False)])
+def test_keys_every_row_sees_are_compared_with_nothing_with_the_same_results(monkeypatch, banded, tall):
+    """KernelForms' free count (leading keys every row sees: a memory) skips the mask's comparisons in tiles of them:
+    the output and every gradient bit for bit those of comparing everywhere, at a count ending mid-tile and at one
+    covering whole tiles, the mask as ranks and as the block, square tiles or tall ones (dk/dv held keys by rows), the
+    band or the caller's scores; a count past the keys every row sees (wrong) changes the output: the tiles skipped."""
+    from xlnet_lite import triton_attention as ta
+
+    if tall:
+        tall_tiles(monkeypatch)
+    gen = torch.Generator().manual_seed(14)
+    N, Q, M, D = 2, 21, 35, 16
+    K = Q + M
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    operands = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), gain=rand(B, N, Q))
+    if banded:
+        operands.update(qr=rand(B, N, Q, D), kr=rand(1, N, D, Q + K))
+    else:
+        operands.update(pos=rand(B, N, Q, K))
+    seg_q, seg_k = torch.randint(0, 2, (B, Q), generator=gen), torch.randint(0, 2, (B, K), generator=gen)
+    perm_mask, _ = xlnet_masks(B, Q, 5, seed=14)
+    blocked = F.pad(perm_mask.bool(), (M, 0))  # the memory seen by every row
+    ranks = mask_ranks(blocked).ranks
+    grad = torch.randn(B, Q, N, D, generator=gen)
+
+    def run(forms=None):
+        out = relative_attention(**operands, seg_q=seg_q, seg_k=seg_k, blocked=blocked, forms=forms, qlen=Q)
+        return (out, *torch.autograd.grad((out * grad).sum(), list(operands.values())))
+
+    reference = run()
+    for ranked, free in ((1, M - 5), (1, M), (1, 32), (0, M)):
+        facts = torch.tensor([ranked, ta.NO_DIAGONAL, 0, free])
+        for got, want in zip(run((ranks, facts)), reference):
+            assert torch.equal(got, want), (ranked, free)
+    wrong = run((ranks, torch.tensor([1, ta.NO_DIAGONAL, 0, K])))
+    assert not torch.equal(wrong[0], reference[0])
 
 
 @pytest.mark.parametrize(
