@@ -31,7 +31,8 @@ Where the keys fill whole tiles and the head size is a power of two (`base`'s sh
 kernels check no bounds in their loops (EVEN: their masks fold away), the same results with fewer instructions; rows
 past the queries (a last block they do not fill, as the query stream's 85 rows) read the last query's operands again,
 so that no bound of rows is checked a score either (nothing of theirs is stored; the backward gives them no
-probability).
+probability). Where the caller counts the leading keys every row sees (KernelForms' free: a memory), the tiles of them
+skip the mask's comparisons.
 The operator's own positional product (POSITIONAL "matmul") in 16 bits enters each tile's scores as a product with the
 identity (tl.dot(pos, eye, s): exact for finite scores), so that it travels as the keys do, loaded ahead into shared
 memory by Triton's software pipeline and read by the tensor cores, with no conversion or change of layout a score.
