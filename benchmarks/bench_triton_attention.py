@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend
 from benchmarks import bench_gpu
 from benchmarks.environment import environment
 from xlnet_lite.collator import random_factorization_masks
-from xlnet_lite.modeling_xlnet_lite import MaskRanks, positional_term, triton_mask_ranks
+from xlnet_lite.modeling_xlnet_lite import KernelForms, kernel_forms, positional_term
 from xlnet_lite.training import write_json
 
 SHAPES = {"base": dict(B=32, N=12, Q=512, M=384, D=64, P=85), "tiny": dict(B=2, N=2, Q=24, M=8, D=16, P=4)}
@@ -57,7 +57,8 @@ TILES = {
 
 def make_inputs(shape, device, dtype, seed=0):
     """Queries (with u and with v, scaled), keys, values, positional keys shared by the batch, the segment gain and
-    ids, perm_mask over the current segment (the memory never blocked) as the block and as MaskRanks, and an output
+    ids, perm_mask over the current segment (the memory never blocked) as the block and what the model's
+    kernel_forms finds in it (its ranks, the ids' count, the memory every row sees: KernelForms), and an output
     gradient."""
     B, N, Q, M, D = (shape[k] for k in "BNQMD")
     K, R = Q + M, 2 * Q + M
@@ -68,9 +69,9 @@ def make_inputs(shape, device, dtype, seed=0):
 
     perm_mask, _ = random_factorization_masks(B, Q, shape["P"], seed=seed)
     blocked = torch.cat([torch.zeros(B, Q, M, dtype=torch.bool), perm_mask.bool()], dim=-1)  # (B, Q, K)
-    ranks, _ = triton_mask_ranks(blocked, mlen=M, query_pos=None)  # as the model gives the kernels
-    blocked[:, torch.arange(Q), M + torch.arange(Q)] = False  # the content stream sees its own token
     segments = torch.cat([torch.zeros(B, K // 2, dtype=torch.long), torch.ones(B, K - K // 2, dtype=torch.long)], 1)
+    ranks, facts, _, _ = kernel_forms(blocked, None, segments, M)  # as the model gives the kernels
+    blocked[:, torch.arange(Q), M + torch.arange(Q)] = False  # the content stream sees its own token
     return dict(
         qw=rand(B, N, Q, D, scale=D**-0.5),
         qr=rand(B, N, Q, D, scale=D**-0.5),
@@ -82,7 +83,7 @@ def make_inputs(shape, device, dtype, seed=0):
         seg_k=segments.to(device),
         seg_classes=2,  # the ids counted, as the model counts them
         blocked=blocked.to(device),
-        ranks=MaskRanks(ranks.ranks.to(device), ranks.diagonal),
+        forms=KernelForms(ranks.to(device), facts),
         grad=torch.randn(B, Q, N, D, generator=gen).to(device, dtype),
         Q=Q,
         K=K,
@@ -111,7 +112,8 @@ def triton_path(x, dropout, ranks=False):
         seg_q=x["seg_q"],
         seg_k=x["seg_k"],
         seg_classes=x["seg_classes"],
-        blocked=x["ranks"] if ranks else x["blocked"],
+        blocked=x["blocked"],
+        forms=x["forms"] if ranks else None,
         dropout_p=dropout,
         qlen=x["Q"],
     )

@@ -198,14 +198,14 @@ def attention(x, variant):
         if variant == "noseg"
         else dict(gain=x["gain"], seg_q=x["seg_q"], seg_k=x["seg_k"], seg_classes=x["seg_classes"])
     )
-    blocked = {"block": x["blocked"], "nomask": None}.get(variant, x["ranks"])
     return relative_attention(
         x["qw"],
         x["k"],
         x["v"],
         **positional,
         **segments,
-        blocked=blocked,
+        blocked=None if variant == "nomask" else x["blocked"],
+        forms=None if variant == "block" else x["forms"],  # the ranks the model finds, or the block
         dropout_p=0.1 if variant == "dropout" else 0.0,
         qlen=x["Q"],
     )

@@ -515,9 +515,10 @@ def test_a_model_trains_with_attention_dropout_reproducibly(monkeypatch):
 def test_compiled_whole_with_the_kernels_inside(monkeypatch):
     """torch.compile(fullgraph=True) takes the kernels as operators in its graph (no break around them) and a
     training step gives the uncompiled step's loss and gradients; the kernels are handed the masks in the same forms
-    and the segment ids counted as in eager mode, read from the data when the graph runs: the query streams' ranks,
-    the content stream's with its own key re-opened (left padding), 3 ids."""
-    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6, "n_layer": 2})
+    and the segment ids counted as in eager mode, read from the data when the graph runs: the query stream's ranks,
+    3 ids. One layer (its query stream only: a second compiles the operators again, twice the time on a CPU; the
+    content stream's forms compiled: test_gpu.py)."""
+    config = xlnet_lite.XLNetLiteConfig(**{**TINY, "mem_len": 6, "n_layer": 1})
     model = randomise(xlnet_lite.XLNetLiteLMHeadModel(config), seed=7).train()
     model.config._attn_implementation = TRITON_ATTENTION
     inputs = dict(**pretraining_batch(8), **segments_and_left_padding((B, T)))
@@ -527,9 +528,7 @@ def test_compiled_whole_with_the_kernels_inside(monkeypatch):
     eager = list(seen)
     seen.clear()
     loss_b, grads_b = training_step(torch.compile(model, fullgraph=True, dynamic=False), model, inputs)
-    # forward and backward: two query streams, the first layer's content stream (the last computes none)
-    want = Counter({("ranks", 3): 4, ("diagonal", 3): 2})
-    assert Counter(seen) == Counter(eager) == want
+    assert Counter(seen) == Counter(eager) == Counter({("ranks", 3): 2})  # the query stream, forward and backward
     torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
     assert grads_b.keys() == grads_a.keys()
     for name in grads_a:
@@ -986,7 +985,7 @@ def test_keys_every_row_sees_are_compared_with_nothing_with_the_same_results(mon
     if tall:
         tall_tiles(monkeypatch)
     gen = torch.Generator().manual_seed(14)
-    N, Q, M, D = 2, 21, 35, 16
+    N, Q, M, D = 1, 10, 35, 16
     K = Q + M
 
     def rand(*shape):
@@ -998,22 +997,23 @@ def test_keys_every_row_sees_are_compared_with_nothing_with_the_same_results(mon
     else:
         operands.update(pos=rand(B, N, Q, K))
     seg_q, seg_k = torch.randint(0, 2, (B, Q), generator=gen), torch.randint(0, 2, (B, K), generator=gen)
-    perm_mask, _ = xlnet_masks(B, Q, 5, seed=14)
+    perm_mask, _ = xlnet_masks(B, Q, 4, seed=14)
     blocked = F.pad(perm_mask.bool(), (M, 0))  # the memory seen by every row
     ranks = mask_ranks(blocked).ranks
     grad = torch.randn(B, Q, N, D, generator=gen)
 
-    def run(forms=None):
+    def run(forms=None, backward=True):
         out = relative_attention(**operands, seg_q=seg_q, seg_k=seg_k, blocked=blocked, forms=forms, qlen=Q)
-        return (out, *torch.autograd.grad((out * grad).sum(), list(operands.values())))
+        return (out, *torch.autograd.grad((out * grad).sum(), list(operands.values()))) if backward else (out,)
 
     reference = run()
-    for ranked, free in ((1, M - 5), (1, M), (1, 32), (0, M)):
+    for ranked, free in ((1, M - 5), (1, M), (0, 32)):
         facts = torch.tensor([ranked, ta.NO_DIAGONAL, 0, free])
         for got, want in zip(run((ranks, facts)), reference):
             assert torch.equal(got, want), (ranked, free)
-    wrong = run((ranks, torch.tensor([1, ta.NO_DIAGONAL, 0, K])))
-    assert not torch.equal(wrong[0], reference[0])
+    with torch.no_grad():
+        (wrong,) = run((ranks, torch.tensor([1, ta.NO_DIAGONAL, 0, 2 * K])), backward=False)
+    assert not torch.equal(wrong, reference[0])
 
 
 @pytest.mark.parametrize(
