@@ -1461,8 +1461,9 @@ def _forward(
     which decide the mask's form and seg_classes when the operator runs; seed (1,) int64, the dropout's, or None with
     dropout_p 0. Returns out (B, Q, N, D) and the rows' log-sum-exp (B, N, Q)."""
     B, N, Q, D = qw.shape
-    blocked, mask_diagonal, seg_classes, free = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
-    gain, seg_k, seg_dims = _segment_operands(qw, kr, gain, seg_k, seg_classes)
+    blocked, mask_diagonal, free, gain, seg_k, seg_dims = _decided(
+        qw, kr, gain, seg_k, blocked, ranks, facts, mask_diagonal, seg_classes
+    )
     _check_layout(qw, qr, k, v, kr, pos, gain, blocked)
     out, lse = _forward_outputs(qw)
     if kr is not None and positional_form(qw.device, qw.dtype) == "matmul":  # the kernels' dense form, read shifted
@@ -1520,8 +1521,9 @@ def _backward(
 ):
     """dqw, dqr, dk, dv, dkr (B or 1, N, R, D) fp32, dpos, dgain (fp32); the gradients of absent operands empty."""
     B, N, Q, D = qw.shape
-    blocked, mask_diagonal, seg_classes, free = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
-    gain, seg_k, seg_dims = _segment_operands(qw, kr, gain, seg_k, seg_classes)
+    blocked, mask_diagonal, free, gain, seg_k, seg_dims = _decided(
+        qw, kr, gain, seg_k, blocked, ranks, facts, mask_diagonal, seg_classes
+    )
     K = k.shape[2]
     dout = dout.contiguous()
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (B, N, Q)
@@ -1657,28 +1659,10 @@ def _setup_context(ctx, inputs, output):
 
 
 def _gradients(ctx, dout, _dlse):
-    qw, qr, k, v, kr, pos, gain, seg_q, seg_k, blocked, ranks, facts, seed, out, lse = ctx.saved_tensors
+    *tensors, out, lse = ctx.saved_tensors  # qw ... seed, as _setup_context saved them
+    _, _, _, _, kr, _, gain, *_ = tensors
     dqw, dqr, dk, dv, dkr, dpos, dgain = _backward(
-        dout,
-        qw,
-        qr,
-        k,
-        v,
-        kr,
-        pos,
-        gain,
-        seg_q,
-        seg_k,
-        blocked,
-        ranks,
-        facts,
-        seed,
-        ctx.dropout_p,
-        out,
-        lse,
-        ctx.qlen,
-        ctx.mask_diagonal,
-        ctx.seg_classes,
+        dout, *tensors, ctx.dropout_p, out, lse, ctx.qlen, ctx.mask_diagonal, ctx.seg_classes
     )
     grad_kr = None
     if kr is not None:  # (B or 1, N, D, R), as kr
@@ -1818,6 +1802,13 @@ def _forms(blocked, ranks, facts, mask_diagonal, seg_classes):
     if ranked and ranks is not None:
         blocked, mask_diagonal = ranks, diagonal
     return blocked, mask_diagonal, seg_classes, free
+
+
+def _decided(qw, kr, gain, seg_k, blocked, ranks, facts, mask_diagonal, seg_classes):
+    """(mask, mask_diagonal, free, gain, seg_k, seg_dims) as the kernels take them (_forms, _segment_operands): one
+    place, so that the forward and backward operators decide alike."""
+    blocked, mask_diagonal, seg_classes, free = _forms(blocked, ranks, facts, mask_diagonal, seg_classes)
+    return blocked, mask_diagonal, free, *_segment_operands(qw, kr, gain, seg_k, seg_classes)
 
 
 def _segment_operands(qw, kr, gain, seg_k, seg_classes):
