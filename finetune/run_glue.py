@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from xlnet_lite import embedded_datasets, inference, training
@@ -248,7 +247,7 @@ def main(argv=None):
         training.save_final_model(
             accelerator, model, tokenizer, args.output_dir, config_updates=PRETRAINING_ONLY_FIELDS
         )
-    accelerator.unwrap_model(model).load_state_dict(load_file(str(Path(args.output_dir, "model.safetensors"))))
+    training.load_final_model(accelerator, model, args.output_dir)
     return finish(run, state, loaders, other_sets, train_set, train_runtime=time.perf_counter() - start)
 
 

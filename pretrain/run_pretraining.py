@@ -232,7 +232,11 @@ def main(argv=None):
     )
     store = get_token_store(args, tokenizer, train_docs, valid_docs, accelerator)
     stream, collator, eval_batches = build_data(args, tokenizer, store, accelerator)
-    log_probs = unigram_log_probs(stream.token_counts(minlength=model.config.vocab_size), model.config.vocab_size)
+    counts = stream.token_counts(minlength=model.config.vocab_size)[: model.config.vocab_size]
+    if accelerator.num_processes > 1:  # the corpus's counts, so that every process starts from the same LM bias
+        # (FSDP shards each process's own values; DDP would broadcast the main process's)
+        counts = accelerator.reduce(torch.from_numpy(counts).to(accelerator.device), "sum").cpu().numpy()
+    log_probs = unigram_log_probs(counts, model.config.vocab_size)
     baseline = unigram_cross_entropy(log_probs, torch.cat([b["labels"].flatten() for b in eval_batches]))
     if not args.model_name_or_path:
         init_lm_bias_at_unigram(model, log_probs)

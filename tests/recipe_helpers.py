@@ -104,6 +104,17 @@ def assert_same_losses(expected, actual):
             assert a["eval_loss"] == pytest.approx(b["eval_loss"], abs=1e-5)
 
 
+def small_args(corpus, out, *extra):
+    """The tiny recipe at a global batch of 4 rows (2 per process): 4 steps, a checkpoint every 2, a learning rate
+    that a run stopped at step 2 shares (warmup, then constant)."""
+    args = tiny_args(corpus, out, "--lr_scheduler_type", "constant_with_warmup", *extra)
+    for name, value in (("per_device_train_batch_size", "2"), ("per_device_eval_batch_size", "2")):
+        args[args.index(f"--{name}") + 1] = value
+    for name, value in (("max_steps", "4"), ("eval_steps", "4"), ("checkpointing_steps", "2"), ("eval_batches", "2")):
+        args[args.index(f"--{name}") + 1] = value
+    return args
+
+
 def write_rows(path, rows):
     """rows (dicts) as CSV, TSV or JSON lines by the suffix; returns the path as a string."""
     path = Path(path)

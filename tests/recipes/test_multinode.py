@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from recipe_helpers import PRETRAIN, assert_same_losses, read_metrics, tiny_args
+from recipe_helpers import PRETRAIN, assert_same_losses, read_metrics, small_args
 from safetensors.torch import load_file
 
 from pretrain import run_pretraining
@@ -33,17 +33,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def small_args(corpus, out, *extra):
-    """The tiny recipe at a global batch of 4 rows (2 per process): 4 steps, a checkpoint every 2, a learning rate
-    that a run stopped at step 2 shares (warmup, then constant)."""
-    args = tiny_args(corpus, out, "--lr_scheduler_type", "constant_with_warmup", *extra)
-    for name, value in (("per_device_train_batch_size", "2"), ("per_device_eval_batch_size", "2")):
-        args[args.index(f"--{name}") + 1] = value
-    for name, value in (("max_steps", "4"), ("eval_steps", "4"), ("checkpointing_steps", "2"), ("eval_batches", "2")):
-        args[args.index(f"--{name}") + 1] = value
-    return args
 
 
 def start_node(rank, port, args, cache, **popen):

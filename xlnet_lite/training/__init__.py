@@ -38,6 +38,7 @@ from .checkpoints import (
     check_resume,
     check_resume_model,
     flag_differences,
+    load_final_model,
     model_fields,
     save_final_model,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "release_output_lock",
     "replace_folder",
     "run_flags",
+    "load_final_model",
     "save_final_model",
     "set_up_run",
     "start_run",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from accelerate.utils import DistributedType
 from safetensors.torch import load_file, save_file
 
 from ..atomic_io import publish_folder, replace_folder
@@ -33,13 +36,43 @@ def agree_on_failure(accelerator, failure: SaveError | None, others: str, *, cle
     raise failure or SaveError(others)
 
 
+@contextlib.contextmanager
+def own_class(model):
+    """The model as its own class for a while. FSDP2 (fully_shard) gives a sharded module a class of its own,
+    FSDP<Name> with FSDPModule first among its bases, which save_pretrained would name in the saved auto_map and whose
+    module (torch's) it would copy as the model's code."""
+    cls = type(model)
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported where a model was sharded
+    if fsdp is None or not isinstance(model, fsdp.FSDPModule):
+        yield model
+        return
+    (model.__class__,) = [base for base in cls.__bases__ if base is not fsdp.FSDPModule]
+    try:
+        yield model
+    finally:
+        model.__class__ = cls
+
+
+def tie_gathered(model, weights):
+    """Give the names of one parameter (tied: the LM head's weight and the input embedding) one tensor in `weights`
+    again, as save_pretrained finds ties by storage; weights gathered from shards are a tensor a name."""
+    first = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if name in weights:
+            weights[name] = weights[first.setdefault(id(param), name)]
+
+
 def save_final_model(accelerator, model, tokenizer, output_dir, *, config_updates=None):
     """save_pretrained of the unwrapped model and the tokenizer into output_dir, file by file atomically.
-    `config_updates` are set on the saved config only (training-only fields back to their inference values)."""
+    `config_updates` are set on the saved config only (training-only fields back to their inference values). The
+    weights come from accelerator.get_state_dict, which every process calls: under FSDP or ZeRO-3 it gathers the
+    shards (onto the main process), elsewhere it is the model's own state_dict."""
     accelerator.wait_for_everyone()
+    weights = accelerator.get_state_dict(model)
     failure = None
     if accelerator.is_main_process:
         model = accelerator.unwrap_model(model)
+        tie_gathered(model, weights)
         config_updates = config_updates or {}
         before = {k: getattr(model.config, k) for k in config_updates}
         tmp = Path(output_dir, ".final.tmp")
@@ -48,14 +81,15 @@ def save_final_model(accelerator, model, tokenizer, output_dir, *, config_update
             try:
                 for key, value in config_updates.items():
                     setattr(model.config, key, value)
-                model.save_pretrained(tmp, safe_serialization=True)
+                with own_class(model):
+                    model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
             finally:
                 for key, value in before.items():
                     setattr(model.config, key, value)
             tokenizer.save_pretrained(tmp)
             crash_point("final_model_written")
         except Exception as error:  # noqa: BLE001 (a full disk: OSError, RuntimeError, SafetensorError); nothing reached output_dir
-            needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+            needed = sum(t.numel() * t.element_size() for t in weights.values())
             shutil.rmtree(tmp, ignore_errors=True)
             failure = save_error(output_dir, error, needed_bytes=needed, what="the final model")
         else:
@@ -66,6 +100,18 @@ def save_final_model(accelerator, model, tokenizer, output_dir, *, config_update
         "the final model could not be saved (the error is on the main process)",
         cleanup=lambda: shutil.rmtree(Path(output_dir, ".final.tmp"), ignore_errors=True),
     )
+
+
+def load_final_model(accelerator, model, output_dir):
+    """The weights save_final_model wrote into output_dir, back into the prepared model on every process: under FSDP
+    each process takes its shards of them (torch's set_model_state_dict), elsewhere load_state_dict."""
+    weights = load_file(str(Path(output_dir, "model.safetensors")))
+    if accelerator.distributed_type == DistributedType.FSDP:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    else:
+        accelerator.unwrap_model(model).load_state_dict(weights)
 
 
 def read_json(path):
@@ -91,13 +137,28 @@ def resplittable(checkpoint: Path) -> bool:
     return isinstance(state, dict) and isinstance(state.get("stream"), dict) and "layout" in state["stream"]
 
 
-def check_resume(args: RecipeArguments, checkpoint: Path, *, num_processes: int | None = None):
-    """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference. Under
-    another number of processes a re-splittable checkpoint resumes at the same global batch
+def saved_under_fsdp(checkpoint: Path) -> bool:
+    """Whether accelerate saved the checkpoint's model under FSDP (pytorch_model_fsdp*: its shards, or its full state
+    dict), which it loads back under FSDP only."""
+    return any(checkpoint.glob("pytorch_model_fsdp*"))
+
+
+def check_resume(
+    args: RecipeArguments, checkpoint: Path, *, num_processes: int | None = None, fsdp: bool | None = None
+):
+    """Refuse a resume whose flags change the model, data or task (`RESUME_MUST_MATCH`), naming each difference, or
+    (`fsdp`: whether this run shards the model by FSDP) that takes an FSDP checkpoint out of FSDP or the other way.
+    Under another number of processes a re-splittable checkpoint resumes at the same global batch
     (--per_device_train_batch_size x processes), its per-process batch changed to keep it."""
     state = read_json(checkpoint / "trainer_state.json") or {}
     saved = state.get("flags", {})
     differences = flag_differences(args, saved)
+    if fsdp is not None and saved_under_fsdp(checkpoint) != fsdp:
+        differences.append(
+            "the checkpoint was saved under FSDP and this run does not use it (resume under accelerate's FSDP config)"
+            if fsdp is False
+            else "the checkpoint was saved without FSDP and this run uses it (resume without FSDP)"
+        )
     before = state.get("num_processes")
     if num_processes not in (None, before) and before and resplittable(checkpoint):
         batch = "--per_device_train_batch_size"

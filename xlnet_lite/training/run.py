@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from accelerate.utils import DistributedType
 
 from ..atomic_io import write_json
 from ..errors import RecipeError
@@ -41,7 +42,8 @@ def start_run(args: RecipeArguments, accelerator, checkpoints: Checkpoints, *, o
     previous = read_json(out / RUN_FILE)
     same_run = previous is not None and not flag_differences(args, previous)
     if checkpoint is not None:
-        check_resume(args, checkpoint, num_processes=accelerator.num_processes)
+        fsdp = accelerator.distributed_type == DistributedType.FSDP
+        check_resume(args, checkpoint, num_processes=accelerator.num_processes, fsdp=fsdp)
     elif args.overwrite_output_dir or (held and not trained and not same_run):
         if trained:
             accelerator.print(f"--overwrite_output_dir: removing the previous run's outputs in {out}")

@@ -1,0 +1,107 @@
+"""The recipes under accelerate's FSDP (FSDP2, two CPU processes over gloo, tests/fsdp_on_cpu.py): the losses and
+weights of DDP on the same processes and batches, a sharded checkpoint that resumes, a final model saved whole that
+loads as the model's own class, and the finetuning recipe's best epoch loaded back into the sharded model."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from recipe_helpers import (
+    FINETUNE,
+    PRETRAIN,
+    assert_same_losses,
+    read_metrics,
+    sentiment_rows,
+    small_args,
+    write_rows,
+)
+from safetensors.torch import load_file
+
+from pretrain import run_pretraining
+from xlnet_lite.errors import RecipeError
+from xlnet_lite.training import checkpoints, parse_args
+
+pytestmark = pytest.mark.recipes  # runs the recipe end to end
+
+LAUNCHER = str(Path(__file__).resolve().parents[1] / "fsdp_on_cpu.py")
+
+
+def launch(script, args, *, fsdp, cache=None):
+    """`script args` on two CPU processes by torchrun, under FSDP2 (fsdp) or DDP; fp32, so that the two agree to the
+    last bits the sums' order leaves."""
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_FSDP": str(fsdp).lower()}
+    env.update(FSDP_VERSION="2", **({"XLNET_LITE_CACHE": str(cache)} if cache else {}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += [LAUNCHER, script, *map(str, args), "--mixed_precision", "no"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def assert_same_weights(ours: Path, theirs: Path):
+    ours, theirs = load_file(str(ours / "model.safetensors")), load_file(str(theirs / "model.safetensors"))
+    assert ours.keys() == theirs.keys()  # the tied LM head saved once, as without FSDP
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=1e-6)
+
+
+def test_fsdp_trains_resumes_and_saves_as_ddp_does(corpus, tmp_path):
+    """Pretraining: DDP for 4 steps against FSDP for 2, then resumed from its sharded checkpoint to 4: the same losses
+    and final weights. The saved model names its own class (not FSDP's) and carries its own code. The processes'
+    LM bias starts from the corpus's unigram counts, the same on both (FSDP keeps each process's own values where DDP
+    broadcast the first's). Then finetuning from each under the same: the same epochs, metrics and weights, the
+    best epoch loaded back into the sharded model for the final evaluation."""
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    launch(PRETRAIN, small_args(corpus, ddp), fsdp=False, cache=tmp_path / "cache")
+    first = small_args(corpus, fsdp)
+    first[first.index("--max_steps") + 1] = "2"
+    launch(PRETRAIN, first, fsdp=True, cache=tmp_path / "cache")
+    assert any((fsdp / "checkpoints" / "step_2").glob("pytorch_model_fsdp*"))  # the shards, as FSDP saves them
+    out = launch(PRETRAIN, small_args(corpus, fsdp, "--resume_from_checkpoint", "latest"), fsdp=True)
+    assert f"resumed from {fsdp / 'checkpoints' / 'step_2'} at step 2" in out
+    assert_same_losses(read_metrics(ddp), [m for m in read_metrics(fsdp) if "loss" in m])
+    assert_same_weights(fsdp, ddp)
+    config = json.loads((fsdp / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_xlnet_lite.XLNetLiteLMHeadModel"
+    assert config["architectures"] == ["XLNetLiteLMHeadModel"]
+    assert sorted(p.name for p in fsdp.glob("*.py")) == sorted(p.name for p in ddp.glob("*.py"))
+
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(2)[:16])
+    dev = write_rows(tmp_path / "dev.csv", sentiment_rows(1)[:7])
+    for name, fsdp_on in (("ddp", False), ("fsdp", True)):
+        args = ["--model_name_or_path", tmp_path / name, "--train_file", train, "--validation_file", dev]
+        args += ["--output_dir", tmp_path / f"ft_{name}", "--num_train_epochs", "2", "--max_seq_length", "16"]
+        args += ["--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "1e-3"]
+        launch(FINETUNE, [*args, "--num_warmup_steps", "1", "--logging_steps", "1"], fsdp=fsdp_on)
+    ft_ddp, ft_fsdp = tmp_path / "ft_ddp", tmp_path / "ft_fsdp"
+    losses = [[m for m in read_metrics(out) if "loss" in m] for out in (ft_ddp, ft_fsdp)]
+    assert losses[0] and [m["step"] for m in losses[0]] == [1, 2, 3, 4]
+    assert_same_losses(*losses)
+    histories = [json.loads((out / "history.json").read_text()) for out in (ft_ddp, ft_fsdp)]
+    assert len(histories[0]) == len(histories[1]) == 2
+    for a, b in zip(*histories):
+        assert a == pytest.approx(b, abs=1e-6)
+    results = [json.loads((out / name).read_text()) for out in (ft_ddp, ft_fsdp) for name in ("all_results.json",)]
+    best = histories[1][results[1]["best_epoch"] - 1]  # the final evaluation: the best epoch's model, loaded back
+    assert results[0]["eval_accuracy"] == results[1]["eval_accuracy"] == best["eval_accuracy"]
+    assert_same_weights(ft_fsdp, ft_ddp)
+
+
+def test_a_resume_across_fsdp_is_one_line(tmp_path):
+    """accelerate loads an FSDP checkpoint (its shards or full state dict, pytorch_model_fsdp*) back under FSDP only,
+    and a checkpoint saved without FSDP outside it only: the resume is refused before any work, saying which."""
+    step = tmp_path / "step_2"
+    step.mkdir()
+    (step / "trainer_state.json").write_text(json.dumps({"flags": {}, "num_processes": 2, "model": {}}))
+    args = parse_args(run_pretraining.PretrainingArguments, [])
+    checkpoints.check_resume(args, step, num_processes=2, fsdp=False)
+    with pytest.raises(RecipeError, match="saved without FSDP and this run uses it"):
+        checkpoints.check_resume(args, step, num_processes=2, fsdp=True)
+    (step / "pytorch_model_fsdp_0").mkdir()
+    checkpoints.check_resume(args, step, num_processes=2, fsdp=True)
+    with pytest.raises(RecipeError, match="saved under FSDP and this run does not use it"):
+        checkpoints.check_resume(args, step, num_processes=2, fsdp=False)
