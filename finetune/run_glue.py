@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from accelerate.utils import DistributedType
 from tqdm.auto import tqdm
 
 from xlnet_lite import embedded_datasets, inference, training
@@ -180,6 +181,11 @@ def main(argv=None):
     args, accelerator, checkpoints, resume = training.set_up_run(
         FinetuneArguments, argv, check=check_args, outputs=OUTPUTS, description=__doc__
     )
+    if args.long_document_mode == "mems" and accelerator.distributed_type == DistributedType.FSDP:
+        raise training.RecipeError(
+            "--long_document_mode mems reads a text's first segments by the model's transformer alone, outside the "
+            "model's forward, where FSDP's parameters stay sharded: under FSDP use truncate, head_tail or windows"
+        )
     splits = load_splits(
         task_name=args.task_name,
         train_file=args.train_file,

@@ -30,16 +30,16 @@ pytestmark = pytest.mark.recipes  # runs the recipe end to end
 LAUNCHER = str(Path(__file__).resolve().parents[1] / "fsdp_on_cpu.py")
 
 
-def launch(script, args, *, fsdp, cache=None):
+def launch(script, args, *, fsdp, cache=None, status=0):
     """`script args` on two CPU processes by torchrun, under FSDP2 (fsdp) or DDP; fp32, so that the two agree to the
-    last bits the sums' order leaves."""
+    last bits the sums' order leaves. The run must end with exit status `status` (torchrun's: 1 for any failure)."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_FSDP": str(fsdp).lower()}
     env.update(FSDP_VERSION="2", **({"XLNET_LITE_CACHE": str(cache)} if cache else {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [LAUNCHER, script, *map(str, args), "--mixed_precision", "no"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout
+    assert done.returncode == status, done.stderr[-4000:]
+    return done.stdout if status == 0 else done.stderr
 
 
 def assert_same_weights(ours: Path, theirs: Path):
@@ -89,6 +89,12 @@ def test_fsdp_trains_resumes_and_saves_as_ddp_does(corpus, tmp_path):
     best = histories[1][results[1]["best_epoch"] - 1]  # the final evaluation: the best epoch's model, loaded back
     assert results[0]["eval_accuracy"] == results[1]["eval_accuracy"] == best["eval_accuracy"]
     assert_same_weights(ft_fsdp, ft_ddp)
+
+    # the memory's mode reads a text's first segments by the transformer alone, which FSDP leaves sharded: refused
+    args[args.index("--output_dir") + 1] = tmp_path / "ft_mems"
+    err = launch(FINETUNE, [*args, "--long_document_mode", "mems"], fsdp=True, status=1)
+    assert "run_glue.py: error: --long_document_mode mems reads" in err
+    assert 'run_glue.py", line' not in err  # one line, no traceback of the recipe's (torchrun adds its own)
 
 
 def test_a_resume_across_fsdp_is_one_line(tmp_path):
