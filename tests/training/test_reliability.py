@@ -165,7 +165,7 @@ def test_a_full_disk_costs_nothing_saved_before(reference, corpus, tmp_path, poi
     line = one_line_error(
         result, f"could not write {what} in {tmp_path}", "No space left on device", "MB free", status=1
     )
-    assert "--resume_from_checkpoint latest" in line
+    assert "--resume_from_checkpoint latest" in line and "needs about 0.0 MB" not in line  # the model's size
     assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")], "partial files left behind"
     assert verify_checkpoint(tmp_path / "checkpoints" / "step_6") == (None, True)
     assert not (tmp_path / "model.safetensors").exists()
@@ -269,3 +269,23 @@ def test_a_checkpoint_measured_while_another_process_removes_it(tmp_path, monkey
     monkeypatch.undo()
     shutil.rmtree(folder)
     assert folder_size(folder) == 0 and folder_size(tmp_path / "never") == 0
+
+
+def test_a_compiled_model_is_saved_under_its_own_names(tmp_path):
+    """save_final_model of a model compiled by torch.compile (--torch_compile) writes the model's parameter names,
+    not the compiled wrapper's (_orig_mod.), so that from_pretrained loads every weight."""
+    import torch
+    from accelerate import Accelerator
+
+    import xlnet_lite
+    from xlnet_lite.training import save_final_model
+
+    torch.manual_seed(0)
+    model = xlnet_lite.XLNetLiteLMHeadModel(xlnet_lite.XLNetLiteConfig(vocab_size=40, d_model=16, n_layer=1, n_head=2))
+    tokenizer = xlnet_lite.tokenization_xlnet_lite.train_tokenizer(["a b c d e f"] * 4, vocab_size=40)
+    save_final_model(Accelerator(cpu=True), torch.compile(model), tokenizer, tmp_path / "out")
+    saved = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert saved.keys() == {k for k in model.state_dict() if k != "lm_loss.weight"}  # the tied head once
+    again = xlnet_lite.XLNetLiteLMHeadModel.from_pretrained(tmp_path / "out")
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[name], tensor, rtol=0, atol=0)

@@ -62,17 +62,26 @@ def tie_gathered(model, weights):
             weights[name] = weights[first.setdefault(id(param), name)]
 
 
+def gathered_weights(accelerator, model) -> dict | None:
+    """Under FSDP, the model's whole weights, gathered by accelerator.get_state_dict (which every process must call)
+    onto the main process (the others get none); None elsewhere, where save_pretrained reads the model's own."""
+    if accelerator.distributed_type != DistributedType.FSDP:
+        return None
+    return accelerator.get_state_dict(model)
+
+
 def save_final_model(accelerator, model, tokenizer, output_dir, *, config_updates=None):
     """save_pretrained of the unwrapped model and the tokenizer into output_dir, file by file atomically.
-    `config_updates` are set on the saved config only (training-only fields back to their inference values). The
-    weights come from accelerator.get_state_dict, which every process calls: under FSDP or ZeRO-3 it gathers the
-    shards (onto the main process), elsewhere it is the model's own state_dict."""
+    `config_updates` are set on the saved config only (training-only fields back to their inference values). Under
+    FSDP every process takes part in gathering the weights (`gathered_weights`) and the main process saves them."""
     accelerator.wait_for_everyone()
-    weights = accelerator.get_state_dict(model)
+    weights = gathered_weights(accelerator, model)
     failure = None
     if accelerator.is_main_process:
-        model = accelerator.unwrap_model(model)
-        tie_gathered(model, weights)
+        model = accelerator.unwrap_model(model, keep_torch_compile=False)
+        if weights is not None:
+            tie_gathered(model, weights)
+        needed = sum(t.numel() * t.element_size() for t in (weights or model.state_dict()).values())
         config_updates = config_updates or {}
         before = {k: getattr(model.config, k) for k in config_updates}
         tmp = Path(output_dir, ".final.tmp")
@@ -81,7 +90,7 @@ def save_final_model(accelerator, model, tokenizer, output_dir, *, config_update
             try:
                 for key, value in config_updates.items():
                     setattr(model.config, key, value)
-                with own_class(model):
+                with own_class(model):  # save_pretrained empties the dict it is given: `needed` is counted before
                     model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
             finally:
                 for key, value in before.items():
@@ -89,7 +98,6 @@ def save_final_model(accelerator, model, tokenizer, output_dir, *, config_update
             tokenizer.save_pretrained(tmp)
             crash_point("final_model_written")
         except Exception as error:  # noqa: BLE001 (a full disk: OSError, RuntimeError, SafetensorError); nothing reached output_dir
-            needed = sum(t.numel() * t.element_size() for t in weights.values())
             shutil.rmtree(tmp, ignore_errors=True)
             failure = save_error(output_dir, error, needed_bytes=needed, what="the final model")
         else:
