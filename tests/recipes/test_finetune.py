@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from recipe_helpers import (
     BAD,
     FINETUNE,
@@ -31,6 +32,7 @@ from recipe_helpers import (
 from recipe_helpers import (
     REPO as ROOT,
 )
+from safetensors.torch import load_file
 
 import xlnet_lite
 from finetune import run_glue
@@ -901,3 +903,35 @@ def test_two_processes_size_the_run_per_process(pretrained, tmp_path):
         if "learning_rate" in m
     ]
     assert rates[-1] == 0.0  # the linear schedule ends with the run, not half-way through it
+
+
+def test_torch_compile_finetunes_and_loads_its_best_epoch_back(tmp_path, pretrained, monkeypatch):
+    """--torch_compile: the compiled model (torch.compile's wrapper, here with the eager backend: inductor takes
+    minutes on a CPU) trains, saves under the model's own names and takes the best epoch's weights back for the final
+    predictions, as without it."""
+    import accelerate.utils
+
+    plugin, prepare, compiled_classes = accelerate.utils.TorchDynamoPlugin, Accelerator.prepare_model, []
+    monkeypatch.setattr(accelerate.utils, "TorchDynamoPlugin", lambda **kw: plugin(**{**kw, "backend": "eager"}))
+
+    def prepare_model(self, model, *args, **kwargs):
+        prepared = prepare(self, model, *args, **kwargs)
+        compiled_classes.append(type(prepared).__name__)
+        return prepared
+
+    monkeypatch.setattr(Accelerator, "prepare_model", prepare_model)
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(2))
+    files = ["--train_file", train, "--validation_file", train, "--test_file", train, "--mixed_precision", "no"]
+    runs = {}
+    for name, flags in (("plain", []), ("compiled", ["--torch_compile"])):
+        AcceleratorState._reset_state(True)  # a new Accelerator's settings, not the process's first
+        (tmp_path / name).mkdir()
+        runs[name] = run(tmp_path / name, pretrained, *files, *flags)
+    AcceleratorState._reset_state(True)
+    (plain, plain_out), (compiled, out) = runs["plain"], runs["compiled"]
+    assert "OptimizedModule" in compiled_classes
+    assert compiled["best_epoch"] == plain["best_epoch"]
+    for name in ("eval_accuracy", "test_accuracy"):
+        assert compiled[name] == pytest.approx(plain[name])
+    assert (out / "predict_results.tsv").read_text() == (plain_out / "predict_results.tsv").read_text()
+    assert load_file(str(out / "model.safetensors")).keys() == load_file(str(plain_out / "model.safetensors")).keys()

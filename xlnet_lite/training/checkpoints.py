@@ -119,7 +119,7 @@ def load_final_model(accelerator, model, output_dir):
 
         set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
     else:
-        accelerator.unwrap_model(model).load_state_dict(weights)
+        accelerator.unwrap_model(model, keep_torch_compile=False).load_state_dict(weights)
 
 
 def read_json(path):
