@@ -202,7 +202,6 @@ def test_tsv_pairs_regression(tmp_path, pretrained):
         train,
         "--test_file",
         train,
-        "--with_tracking",
         epochs=1,
     )
     assert set(json.loads((out / "eval_results.json").read_text())) == {"pearson", "spearmanr", "mse"}
@@ -935,3 +934,57 @@ def test_torch_compile_finetunes_and_loads_its_best_epoch_back(tmp_path, pretrai
         assert compiled[name] == pytest.approx(plain[name])
     assert (out / "predict_results.tsv").read_text() == (plain_out / "predict_results.tsv").read_text()
     assert load_file(str(out / "model.safetensors")).keys() == load_file(str(plain_out / "model.safetensors")).keys()
+
+
+def test_with_tracking_logs_every_record_to_the_tracker_of_report_to(tmp_path, pretrained, monkeypatch):
+    """--with_tracking: the run's flags and every metrics.jsonl record (at its step) reach the tracker --report_to
+    names (here a tracker class registered with accelerate, as a user's own would be). A tracker whose package is not
+    installed (accelerate would leave it out without a word) or a name accelerate does not know is one line."""
+    from accelerate import tracking
+
+    calls = []
+
+    class Recorder(tracking.GeneralTracker):
+        name, requires_logging_directory, main_process_only = "recorder", False, False
+
+        def __init__(self, run_name, **kwargs):
+            super().__init__()
+            calls.append(("start", run_name))
+
+        @property
+        def tracker(self):
+            return self
+
+        def store_init_configuration(self, values):
+            calls.append(("config", values))
+
+        def log(self, values, step=None, **kwargs):
+            calls.append((step, values))
+
+    monkeypatch.setitem(tracking.LOGGER_TYPE_TO_CLASS, "recorder", Recorder)
+    train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
+    AcceleratorState._reset_state(True)  # trackers are taken when the Accelerator is first made
+    _, out = run(tmp_path, pretrained, "--train_file", train, "--with_tracking", "--report_to", "recorder", epochs=1)
+    AcceleratorState._reset_state(True)
+    assert calls[0] == ("start", "run_glue")
+    assert calls[1][0] == "config" and calls[1][1]["report_to"] == "recorder" and calls[1][1]["num_train_epochs"] == 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) >= 2 and calls[2:] == [
+        (r["step"], {k: v for k, v in r.items() if k != "step"}) for r in records
+    ]
+
+    monkeypatch.setattr(tracking, "get_available_trackers", lambda: [])  # none installed, whatever this machine has
+    for report_to, says in (("tensorboard", "not installed (pip install tensorboard)"), ("nope", "not a tracker")):
+        result = command(
+            FINETUNE,
+            "--model_name_or_path",
+            pretrained,
+            "--train_file",
+            train,
+            "--output_dir",
+            tmp_path / report_to,
+            "--with_tracking",
+            "--report_to",
+            report_to,
+        )
+        one_line_error(result, f"--report_to {report_to}: {says}")

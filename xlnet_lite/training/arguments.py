@@ -200,7 +200,27 @@ def check_common_args(args: RecipeArguments):
         problems.append(f"--warmup_ratio must be in [0, 1), got {args.warmup_ratio}")
     if args.resume_from_checkpoint not in (None, "", "latest") and not Path(args.resume_from_checkpoint).is_dir():
         problems.append(f"--resume_from_checkpoint: no such folder {args.resume_from_checkpoint} (or pass 'latest')")
+    if args.with_tracking:
+        problems.extend(tracker_problems(args.report_to))
     return problems
+
+
+def tracker_problems(report_to: str) -> list[str]:
+    """--report_to must name a tracker accelerate knows whose package is installed (accelerate leaves out, without a
+    word, a tracker it cannot import), a tracker class registered with accelerate.tracking.register_tracker_class, or
+    "all" with at least one installed."""
+    from accelerate import tracking
+    from accelerate.utils import LoggerType
+
+    installed = {LoggerType(t).value for t in tracking.get_available_trackers()}
+    if report_to == "all":
+        return [] if installed else ["--report_to all: no tracker is installed (pip install tensorboard)"]
+    if report_to in LoggerType.list():
+        return [] if report_to in installed else [f"--report_to {report_to}: not installed (pip install {report_to})"]
+    if report_to in tracking.LOGGER_TYPE_TO_CLASS:  # a tracker class registered by name
+        return []
+    known = ", ".join(t for t in LoggerType.list() if t != "all")
+    return [f"--report_to {report_to}: not a tracker accelerate knows ({known}, all, or a registered tracker class)"]
 
 
 def raise_problems(problems):
