@@ -866,7 +866,11 @@ class XLNetLiteLayer(GradientCheckpointingLayer):
         self.rel_attn = XLNetLiteRelativeAttention(config, layer_idx)
         self.ff = XLNetLiteFeedForward(config)
 
-    def forward(self, h, g, mem, attention_inputs, *, biases, kernel, cache=None, content=True, rows=None):
+    def forward(self, h, g, mem, attention_inputs, *, biases=None, kernel, cache=None, content=True, rows=None):
+        """biases: (u, v, b) shared by every layer (untie_r False), or None for this layer's own, read here: a
+        parameter read before the layer runs would be what FSDP holds outside its forward, a shard."""
+        if biases is None:
+            biases = self.rel_attn.r_w_bias, self.rel_attn.r_r_bias, self.rel_attn.r_s_bias
         h, g, probs = self.rel_attn(
             h, g, mem, attention_inputs, biases=biases, kernel=kernel, cache=cache, content=content, rows=rows
         )
@@ -1120,9 +1124,9 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
     def shared_biases(self):
         return [] if self.config.untie_r else [self.r_w_bias, self.r_r_bias, self.r_s_bias]
 
-    def layer_biases(self, layer):
-        owner = layer.rel_attn if self.config.untie_r else self
-        return owner.r_w_bias, owner.r_r_bias, owner.r_s_bias
+    def layer_biases(self):
+        """The biases a layer is given: the shared ones (untie_r False), or None, the layer reading its own."""
+        return None if self.config.untie_r else (self.r_w_bias, self.r_r_bias, self.r_s_bias)
 
     def cache_mem(self, h, prev_mem):
         """This layer's input, first reuse_len tokens, appended to the memory, last mem_len kept, no gradient."""
@@ -1391,7 +1395,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
                 g,
                 mem,
                 attention_inputs,
-                biases=self.layer_biases(layer),
+                biases=self.layer_biases(),
                 kernel=kernel,
                 cache=cache,
                 content=not (skip_last_content and last),

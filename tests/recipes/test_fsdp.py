@@ -32,11 +32,15 @@ LAUNCHER = str(Path(__file__).resolve().parents[1] / "fsdp_on_cpu.py")
 CAPTURE = dict(capture_output=True, text=True, timeout=300)
 
 
-def launch(script, args, *, fsdp, cache=None, status=0):
-    """`script args` on two CPU processes by torchrun, under FSDP2 (fsdp) or DDP; fp32, so that the two agree to the
-    last bits the sums' order leaves. The run must end with exit status `status` (torchrun's: 1 for any failure)."""
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_FSDP": str(fsdp).lower()}
-    env.update(FSDP_VERSION="2", **({"XLNET_LITE_CACHE": str(cache)} if cache else {}))
+PER_LAYER = {"FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}  # each XLNetLiteLayer sharded on its own
+
+
+def launch(script, args, *, fsdp, cache=None, status=0, **env):
+    """`script args` on two CPU processes by torchrun, under FSDP2 (fsdp: the whole model one unit, or as `env` sets
+    accelerate's FSDP_* variables) or DDP; fp32, so that the two agree to the last bits the sums' order leaves. The
+    run must end with exit status `status` (torchrun's: 1 for any failure)."""
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "FSDP_VERSION": "2", **env}
+    env.update(ACCELERATE_USE_FSDP=str(fsdp).lower(), **({"XLNET_LITE_CACHE": str(cache)} if cache else {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [LAUNCHER, script, *map(str, args), "--mixed_precision", "no"]
     done = subprocess.run(cmd, env=env, **CAPTURE)
@@ -52,7 +56,8 @@ def assert_same_weights(ours: Path, theirs: Path):
 
 
 def test_fsdp_trains_resumes_and_saves_as_ddp_does(corpus, tmp_path):
-    """Pretraining: DDP for 4 steps against FSDP for 2, then resumed from its sharded checkpoint to 4: the same losses
+    """Pretraining: DDP for 4 steps against FSDP for 2 (the model one unit), then resumed from its sharded checkpoint
+    to 4 with each layer a unit of its own (the layers read their parameters in their own forward): the same losses
     and final weights. The saved model names its own class (not FSDP's) and carries its own code. The processes'
     LM bias starts from the corpus's unigram counts, the same on both (FSDP keeps each process's own values where DDP
     broadcast the first's). Then finetuning from each under the same: the same epochs, metrics, weights and test
@@ -63,7 +68,7 @@ def test_fsdp_trains_resumes_and_saves_as_ddp_does(corpus, tmp_path):
     first[first.index("--max_steps") + 1] = "2"
     launch(PRETRAIN, first, fsdp=True, cache=tmp_path / "cache")
     assert any((fsdp / "checkpoints" / "step_2").glob("pytorch_model_fsdp*"))  # the shards, as FSDP saves them
-    out = launch(PRETRAIN, small_args(corpus, fsdp, "--resume_from_checkpoint", "latest"), fsdp=True)
+    out = launch(PRETRAIN, small_args(corpus, fsdp, "--resume_from_checkpoint", "latest"), fsdp=True, **PER_LAYER)
     assert f"resumed from {fsdp / 'checkpoints' / 'step_2'} at step 2" in out
     assert_same_losses(read_metrics(ddp), [m for m in read_metrics(fsdp) if "loss" in m])
     assert_same_weights(fsdp, ddp)
@@ -82,7 +87,7 @@ def test_fsdp_trains_resumes_and_saves_as_ddp_does(corpus, tmp_path):
         args += ["--test_file", dev, "--output_dir", tmp_path / f"ft_{name}", "--num_train_epochs", "3"]
         args += ["--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3"]
         args += ["--max_seq_length", "16", "--num_warmup_steps", "1", "--logging_steps", "1"]
-        launch(FINETUNE, args, fsdp=fsdp_on)
+        launch(FINETUNE, args, fsdp=fsdp_on, **PER_LAYER)
     ft_ddp, ft_fsdp = tmp_path / "ft_ddp", tmp_path / "ft_fsdp"
     losses = [[m for m in read_metrics(out) if "loss" in m] for out in (ft_ddp, ft_fsdp)]
     assert [m["step"] for m in losses[0]] == list(range(1, 7))
