@@ -1126,7 +1126,7 @@ class XLNetLiteModel(XLNetLitePreTrainedModel):
 
     def layer_biases(self):
         """The biases a layer is given: the shared ones (untie_r False), or None, the layer reading its own."""
-        return None if self.config.untie_r else (self.r_w_bias, self.r_r_bias, self.r_s_bias)
+        return tuple(self.shared_biases()) or None
 
     def cache_mem(self, h, prev_mem):
         """This layer's input, first reuse_len tokens, appended to the memory, last mem_len kept, no gradient."""
