@@ -766,6 +766,9 @@ def test_cuda_launch_settings_by_precision():
     assert ta._block_d(12) == 16 and ta._block_d(64) == 64 and ta._block_d(80) == 128
 
 
+KERNEL_B = 2  # rows of the kernel-level steps (the interpreter runs every program of every row in turn)
+
+
 def banded_step(
     seed, Q, M, kr_rows=1, dropout=0.0, qlen=None, extra_distances=0, N=2, D=12, ranks=False, dtype=torch.float32
 ):
@@ -782,14 +785,15 @@ def banded_step(
     def rand(*shape, dtype=dtype):
         return torch.randn(*shape, generator=gen).to(dtype).requires_grad_()
 
-    inputs = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D), qr=rand(B, N, Q, D))
-    gain = rand(B, N, Q, dtype=torch.float32)
-    inputs.update(kr=rand(kr_rows, N, D, R), gain=gain, seg_q=torch.randint(0, 2, (B, Q), generator=gen))
-    inputs.update(seg_k=torch.randint(0, 2, (B, K), generator=gen), blocked=torch.rand(B, Q, K, generator=gen) < 0.4)
-    grad = torch.randn(B, Q, N, D, generator=gen).to(dtype)
+    b = KERNEL_B
+    inputs = dict(qw=rand(b, N, Q, D), k=rand(b, N, K, D), v=rand(b, N, K, D), qr=rand(b, N, Q, D))
+    gain = rand(b, N, Q, dtype=torch.float32)
+    inputs.update(kr=rand(kr_rows, N, D, R), gain=gain, seg_q=torch.randint(0, 2, (b, Q), generator=gen))
+    inputs.update(seg_k=torch.randint(0, 2, (b, K), generator=gen), blocked=torch.rand(b, Q, K, generator=gen) < 0.4)
+    grad = torch.randn(b, Q, N, D, generator=gen).to(dtype)
     leaves = [name for name, t in inputs.items() if t.requires_grad]
     if ranks:
-        inputs["blocked"] = MaskRanks(torch.randint(0, K, (B, Q + K), generator=gen, dtype=torch.int32), NO_DIAGONAL)
+        inputs["blocked"] = MaskRanks(torch.randint(0, K, (b, Q + K), generator=gen, dtype=torch.int32), NO_DIAGONAL)
 
     def run():
         for name in leaves:
@@ -806,7 +810,7 @@ def banded_step(
     "step, form, tall",
     [
         (dict(seed=1, Q=32, M=32, D=16), "band", False),
-        (dict(seed=2, Q=32, M=32, D=16, ranks=True, dropout=0.1, kr_rows=B), "band", True),
+        (dict(seed=2, Q=32, M=32, D=16, ranks=True, dropout=0.1, kr_rows=KERNEL_B), "band", True),
         (dict(seed=3, Q=32, M=32, D=16, ranks=True), "matmul", False),
         (dict(seed=4, Q=32, M=32, D=16, qlen=20), "matmul", True),
         (dict(seed=6, Q=29, M=35, D=16, ranks=True, dropout=0.1), "band", True),
@@ -884,7 +888,7 @@ def test_each_kernel_launches_at_its_own_tile(monkeypatch):
     [
         (dict(seed=5, Q=37, M=6), False, False),
         (dict(seed=5, Q=37, M=6), False, True),
-        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), True, True),
+        (dict(seed=11, Q=35, M=9, kr_rows=KERNEL_B, dropout=0.1, qlen=45, extra_distances=-12), True, True),
         (dict(seed=3, Q=35, M=9, qlen=10), True, False),
     ],
 )
@@ -1067,10 +1071,10 @@ WIDE_TILES = {  # the dense form's tiles the band does not take, at the interpre
     "step, tiles",
     [
         (dict(seed=5, Q=37, M=6, window_rows=64), None),
-        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), None),
-        (dict(seed=11, Q=35, M=9, kr_rows=B, dropout=0.1, qlen=45, extra_distances=-12), "tall"),
+        (dict(seed=11, Q=35, M=9, kr_rows=KERNEL_B, dropout=0.1, qlen=45, extra_distances=-12), None),
+        (dict(seed=11, Q=35, M=9, kr_rows=KERNEL_B, dropout=0.1, qlen=45, extra_distances=-12), "tall"),
         (dict(seed=3, Q=35, M=9, qlen=10), None),
-        (dict(seed=5, Q=37, M=6, kr_rows=B, dropout=0.1), "tall_4x"),
+        (dict(seed=5, Q=37, M=6, kr_rows=KERNEL_B, dropout=0.1), "tall_4x"),
         (dict(seed=3, Q=35, M=9, qlen=10), "rows_4x"),
     ],
 )
@@ -1183,15 +1187,15 @@ def test_the_segment_term_by_a_one_hot_product_gives_the_comparisons_results(mon
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
 
-    operands = dict(qw=rand(B, N, Q, D), k=rand(B, N, K, D), v=rand(B, N, K, D))
+    operands = dict(qw=rand(KERNEL_B, N, Q, D), k=rand(KERNEL_B, N, K, D), v=rand(KERNEL_B, N, K, D))
     if form == "dense":
-        operands.update(pos=rand(B, N, Q, K))
+        operands.update(pos=rand(KERNEL_B, N, Q, K))
     else:
-        operands.update(qr=rand(B, N, Q, D), kr=rand(1, N, D, Q + K))
-    gain = rand(B, N, Q)
-    seg_q, seg_k = torch.randint(0, 3, (B, Q), generator=gen), torch.randint(0, 3, (B, K), generator=gen)
-    blocked = rand(B, Q, K) < 0.4
-    grad = rand(B, Q, N, D)
+        operands.update(qr=rand(KERNEL_B, N, Q, D), kr=rand(1, N, D, Q + K))
+    gain = rand(KERNEL_B, N, Q)
+    seg_q, seg_k = torch.randint(0, 3, (KERNEL_B, Q), generator=gen), torch.randint(0, 3, (KERNEL_B, K), generator=gen)
+    blocked = rand(KERNEL_B, Q, K) < 0.4
+    grad = rand(KERNEL_B, Q, N, D)
     launched = []
     logged_launches(monkeypatch, launched, "SEG_DIMS")
 
@@ -1248,7 +1252,7 @@ def test_kernel_settings_by_the_positional_terms_form():
 
 @pytest.mark.parametrize(
     "kr_rows, dropout, qlen, extra_distances",
-    [(1, 0.0, None, 0), (B, 0.1, None, 0), (1, 0.0, 45, -12), (B, 0.0, 10, 0)],
+    [(1, 0.0, None, 0), (KERNEL_B, 0.1, None, 0), (1, 0.0, 45, -12), (KERNEL_B, 0.0, 10, 0)],
 )
 def test_dkr_added_up_in_dq_equals_the_dkr_kernel(monkeypatch, kr_rows, dropout, qlen, extra_distances):
     """dkr's launch setting None: no dkr kernel launched, dq adds dkr up by atomic adds; every gradient as with the dkr
