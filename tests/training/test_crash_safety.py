@@ -1,5 +1,6 @@
 """Crash safety of the pretraining recipe: SIGKILL at random moments, resume with `latest`, and the run ends as if
-never interrupted; SIGTERM saves a checkpoint before exiting."""
+never interrupted; SIGINT (Ctrl-C) saves a checkpoint before exiting, as SIGTERM does (the finetuning recipe's test
+sends that one)."""
 
 import json
 import os
@@ -82,17 +83,18 @@ def test_sigkill_at_random_moments_then_resume_matches_uninterrupted(corpus, tmp
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_exits(corpus, tmp_path, env):
-    out = tmp_path / "term"
+def test_ctrl_c_saves_a_checkpoint_and_exits(corpus, tmp_path, env):
+    out = tmp_path / "interrupted"
     args = run_args(corpus, out, steps=200)
     args[args.index("--checkpointing_steps") + 1] = "1000"
     proc = launch(args, env)
     assert wait_for_lines(proc, out / "metrics.jsonl", 3)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 0, proc.communicate()[1][-3000:]
     checkpoints = sorted((out / "checkpoints").glob("step_*"))
     assert len(checkpoints) == 1
     step = int(checkpoints[0].name[5:])
+    assert f"received signal {int(signal.SIGINT)}: checkpoint saved at step {step}, exiting" in proc.communicate()[0]
     assert step >= 3 and json.loads((checkpoints[0] / "trainer_state.json").read_text())["step"] == step
 
 
