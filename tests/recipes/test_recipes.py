@@ -1,6 +1,7 @@
 """What both recipes promise through the shared core (xlnet_lite.training), tested as a new user meets it: --help,
 the output folder guard, resume checks, warmup, file modes, the saved config, SIGTERM, NaN, push_to_hub."""
 
+import copy
 import json
 import os
 import signal
@@ -422,6 +423,38 @@ def test_a_step_that_compiled_counts_toward_the_deadline_not_the_schedule(monkey
     assert 0.05 <= first == budget.elapsed <= loop.elapsed and budget.fraction() == 0.0
     loop.step([micro_batch], step=2)
     assert budget.compiling == first and budget.elapsed - first >= 0.05 and budget.fraction() > 0.0
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.05])
+def test_accumulated_micro_batches_take_one_step_on_their_mean_gradient(max_grad_norm):
+    """--gradient_accumulation_steps 3: TrainLoop.step takes three micro-batches' losses to one optimizer step on the
+    gradient of their mean (clipped as a whole), one scheduler step, gradients cleared after; it returns the mean
+    loss. Two steps in a row, each against SGD on the mean by hand."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=3)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))  # halves at step 1
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    args = SimpleNamespace(max_grad_norm=max_grad_norm, skip_nonfinite=False)
+    loop = training.TrainLoop(args, accelerator, model, optimizer, scheduler, checkpoints_dir=None)
+    gen = torch.Generator().manual_seed(0)
+    for step, rate in ((1, 0.5), (2, 0.25)):
+        batches = [(torch.randn(4, 3, generator=gen), torch.randn(4, 1, generator=gen)) for _ in range(3)]
+        by_hand = copy.deepcopy(accelerator.unwrap_model(model))
+        mean = sum(torch.nn.functional.mse_loss(by_hand(x), y) for x, y in batches) / 3
+        mean.backward()
+        if max_grad_norm:
+            assert torch.nn.utils.clip_grad_norm_(by_hand.parameters(), max_grad_norm) > 2 * max_grad_norm
+        with torch.no_grad():
+            want = [p - rate * p.grad for p in by_hand.parameters()]
+        calls = [lambda x=x, y=y: torch.nn.functional.mse_loss(model(x), y) for x, y in batches]
+        assert loop.step(calls, step=step) == pytest.approx(mean.item(), rel=1e-6)
+        for got, expected in zip(model.parameters(), want):
+            torch.testing.assert_close(got.detach(), expected, atol=1e-6, rtol=1e-6)
+            assert got.grad is None
+    assert scheduler.get_last_lr() == [0.5 / 3]
 
 
 @pytest.mark.parametrize("schedule", ["linear", "constant_with_warmup"])
