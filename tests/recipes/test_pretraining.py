@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from recipe_helpers import (
     PRETRAIN,
     REPO,
@@ -137,6 +138,42 @@ def test_dropout_replaces_that_of_the_weights_or_config_it_starts_from(straight_
         assert json.loads((dest / "config.json").read_text())["dropout"] == 0.25, flag
         rates = {m.p for m in XLNetLiteLMHeadModel.from_pretrained(dest).modules() if isinstance(m, Dropout)}
         assert rates == {0.25}, flag
+
+
+def test_pretraining_from_a_transformers_xlnet_folder_continues_as_from_the_same_weights(
+    straight_run, corpus, tmp_path
+):
+    """--model_name_or_path a transformers XLNetLMHeadModel folder (the recipe's model saved by to_hf_xlnet): the run
+    converts it on load and trains as from the XLNet-Lite folder it came from, the same losses at every step, the
+    same weights saved, as an XLNet-Lite model."""
+    from safetensors.torch import load_file
+
+    import xlnet_lite
+
+    out, _ = straight_run
+    hf_folder = tmp_path / "transformers_xlnet"
+    xlnet_lite.to_hf_xlnet(xlnet_lite.XLNetLiteLMHeadModel.from_pretrained(out)).save_pretrained(hf_folder)
+    assert json.loads((hf_folder / "config.json").read_text())["model_type"] == "xlnet"
+    runs = {}
+    for name, start in (("lite", out), ("transformers", hf_folder)):
+        dest = tmp_path / name
+        flags = (
+            "--model_name_or_path",
+            str(start),
+            "--max_steps",
+            "3",
+            "--eval_steps",
+            "3",
+            "--checkpointing_steps",
+            "0",
+        )
+        run_pretraining.main(tiny_args(corpus, dest, *flags))
+        runs[name] = dest
+    assert_same_losses(read_metrics(runs["lite"]), read_metrics(runs["transformers"]))
+    assert json.loads((runs["transformers"] / "config.json").read_text())["model_type"] == "xlnet_lite"
+    lite, converted = (load_file(runs[name] / "model.safetensors") for name in ("lite", "transformers"))
+    assert lite.keys() == converted.keys()
+    assert all(torch.equal(lite[k], converted[k]) for k in lite)
 
 
 def test_same_seed_same_losses_in_one_process(straight_run, corpus, tmp_path):
