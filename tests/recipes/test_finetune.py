@@ -14,7 +14,6 @@ import pytest
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState
 from recipe_helpers import (
     BAD,
     FINETUNE,
@@ -922,11 +921,9 @@ def test_torch_compile_finetunes_and_loads_its_best_epoch_back(tmp_path, pretrai
     train = write_rows(tmp_path / "train.csv", sentiment_rows(2))
     files = ["--train_file", train, "--validation_file", train, "--test_file", train, "--mixed_precision", "no"]
     runs = {}
-    for name, flags in (("plain", []), ("compiled", ["--torch_compile"])):
-        AcceleratorState._reset_state(True)  # a new Accelerator's settings, not the process's first
+    for name, flags in (("plain", []), ("compiled", ["--torch_compile"])):  # in turn in one process, as in a notebook
         (tmp_path / name).mkdir()
         runs[name] = run(tmp_path / name, pretrained, *files, *flags)
-    AcceleratorState._reset_state(True)
     (plain, plain_out), (compiled, out) = runs["plain"], runs["compiled"]
     assert "OptimizedModule" in compiled_classes
     assert compiled["best_epoch"] == plain["best_epoch"]
@@ -963,9 +960,7 @@ def test_with_tracking_logs_every_record_to_the_tracker_of_report_to(tmp_path, p
 
     monkeypatch.setitem(tracking.LOGGER_TYPE_TO_CLASS, "recorder", Recorder)
     train = write_rows(tmp_path / "train.csv", sentiment_rows(1))
-    AcceleratorState._reset_state(True)  # trackers are taken when the Accelerator is first made
     _, out = run(tmp_path, pretrained, "--train_file", train, "--with_tracking", "--report_to", "recorder", epochs=1)
-    AcceleratorState._reset_state(True)
     assert calls[0] == ("start", "run_glue")
     assert calls[1][0] == "config" and calls[1][1]["report_to"] == "recorder" and calls[1][1]["num_train_epochs"] == 1
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -170,3 +170,19 @@ def test_accelerate_launch_left_unset_means_auto_and_an_explicit_precision_wins(
     else:
         assert f"(accelerate launch --mixed_precision {expected})" in stdout
     assert results["mixed_precision"] == expected
+
+
+@pytest.mark.recipes
+def test_runs_in_turn_in_one_process_each_take_their_own_precision(corpus, tmp_path):
+    """`main` called in turn in one process (a notebook, a sweep): each run trains in its own --mixed_precision
+    (accelerate keeps one state a process, and refused a second precision before the recipes started each run from a
+    fresh one)."""
+    from recipe_helpers import small_args
+
+    from pretrain import run_pretraining
+
+    for i, requested in enumerate(("no", "bf16", "no")):
+        out = tmp_path / f"run{i}"
+        results = run_pretraining.main(small_args(corpus, out, "--mixed_precision", requested, "--max_steps", "2"))
+        assert results["mixed_precision"] == requested
+        assert json.loads((out / "results.json").read_text())["mixed_precision"] == requested

@@ -140,11 +140,25 @@ class _DropSharedTensorNote(logging.Filter):
 PREPARATION_TIMEOUT_S = 1800.0
 
 
+def forget_earlier_runs():
+    """accelerate keeps one state a process, set by the first Accelerator made: a later run in the same process (a
+    notebook, a sweep calling `main` in turn) would silently keep the first run's --torch_compile setting and refuse
+    another --mixed_precision. A run outside a process group made by someone else starts from a fresh state (the
+    previous run's `end_run` destroyed the group it made)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
 def make_accelerator(args: RecipeArguments):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
+    forget_earlier_runs()
     device_type = launch_device_type()
     precision, why = resolve_precision(args.mixed_precision, device_type)
     timeout = (
