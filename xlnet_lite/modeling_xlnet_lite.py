@@ -338,26 +338,34 @@ class _ShiftedPositionalScores(torch.autograd.Function):
 
 
 class _FillBlocked(torch.autograd.Function):
-    """score.masked_fill_(blocked, finfo.min) whose backward passes the gradient through unmasked: the softmax that
-    follows gives a blocked score's gradient as prob * (...) with prob exactly 0 (a row with every key blocked is
-    zeroed after the softmax, so its gradient is 0 as well), so masking it again would be a wasted pass."""
+    """score.masked_fill(blocked, finfo.min) (in place on a score of its own) whose backward passes the gradient
+    through unmasked. The softmax that follows (the explicit kernel's, or SDPA's with the result as its additive
+    bias) gives a blocked score's gradient as prob * (...) with prob exactly 0 (exp of finfo.min below the row's
+    maximum); a row with every key blocked is zeroed after attention (`no_key`), so its gradient is 0 as well. Masking
+    the gradient again would be a wasted pass over (B, N, Q, K): on an H200 at `base` the SDPA bias's took 18.7 of the
+    318 ms of GPU time of two eager steps (benchmarks/results/gpu/h200_profile_base_lite_sdpa_bf16.txt)."""
 
     @staticmethod
-    def forward(ctx, score, blocked):
+    def forward(ctx, score, blocked, inplace):
+        if not inplace:  # one pass (an out-of-place masked_fill is a copy, then the fill), contiguous as its copy
+            lowest = torch.full((), torch.finfo(score.dtype).min, dtype=score.dtype, device=score.device)
+            return torch.where(
+                blocked, lowest, score, out=torch.empty_like(score, memory_format=torch.contiguous_format)
+            )
         ctx.mark_dirty(score)
-        score.masked_fill_(blocked, torch.finfo(score.dtype).min)
-        return score
+        return score.masked_fill_(blocked, torch.finfo(score.dtype).min)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None
+        return grad, None, None
 
 
-def fill_blocked(score, blocked):
-    """The eager kernel's masking; under torch.compile the plain masked_fill, which the compiler fuses anyway."""
+def fill_blocked(score, blocked, *, inplace=True):
+    """The masking of the explicit kernel's scores (in place) and of SDPA's bias (a new tensor: the positional term
+    may be a view of a larger product); under torch.compile the plain masked_fill, which the compiler fuses anyway."""
     if torch.compiler.is_compiling():
         return score.masked_fill(blocked, torch.finfo(score.dtype).min)
-    return _FillBlocked.apply(score, blocked)
+    return _FillBlocked.apply(score, blocked, inplace)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -371,12 +379,12 @@ class _DropAndScale(torch.autograd.Function):
     def forward(ctx, x, drop, scale):
         ctx.save_for_backward(drop)
         ctx.scale = scale
-        return x.masked_fill(drop, 0.0).mul_(scale)
+        return x.mul(scale).masked_fill_(drop, 0.0)  # two passes (an out-of-place masked_fill would copy first)
 
     @staticmethod
     def backward(ctx, grad):
         (drop,) = ctx.saved_tensors
-        return grad.masked_fill(drop, 0.0).mul_(ctx.scale), None, None
+        return grad.mul(ctx.scale).masked_fill_(drop, 0.0), None, None
 
 
 class Dropout(nn.Module):
@@ -543,9 +551,11 @@ class XLNetLiteRelativeAttention(nn.Module):
                 prob = prob.masked_fill(no_key, 0.0)
             out = self.dropout(prob) @ v  # (B, N, Q, D)
         else:
-            bias = pos if blocked is None else pos.masked_fill(blocked, float("-inf"))
+            bias = pos if blocked is None else fill_blocked(pos, blocked, inplace=False)
             p = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q_aug, k, v, attn_mask=bias, dropout_p=p, scale=self.scale)
+            if no_key is not None:  # finfo.min on every key spreads such a row over them all
+                out = out.masked_fill(no_key, 0.0)
             prob = None
         return out.transpose(1, 2).flatten(2), prob  # (B, Q, N*D)
 
