@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fused Triton attention (attn_implementation="xlnet_lite_triton") and SDPA held to cuDNN's kernel, on a GPU machine
 # lent for a few minutes, in one command, the parts in the order of what they decide: the kernels' and SDPA's CUDA tests
-# (every head against transformers in fp32, a training step's gradients against the explicit kernel, bf16 against fp32, the
-# memory, generate(), the model compiled whole; at the bf16 default of 4 warps a tile; the positional term by one
+# (every head against transformers in fp32, a training step's gradients against the explicit kernel, bf16 against fp32,
+# the memory, generate(), the model compiled whole; at the bf16 default of 4 warps a tile; the positional term by one
 # matmul), then one layer's attention alone at each tile size and warp count, the positional term as the band and by one
 # matmul, and through each fused SDPA backend (bench_triton_attention, dropout 0), then `base` at XLNet's pretraining
 # shapes at dropout 0: SDPA as the dispatcher runs it and held to cuDNN, the Triton kernels with the band and by one
@@ -23,8 +23,9 @@ python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name
 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), '| triton', triton.__version__,
 '| transformers', transformers.__version__)" 2>&1 | tee "$OUT/environment.txt"
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
-timeout "${TESTS_S:-120}" python3 -m pytest -m gpu tests/model/test_gpu.py -k "xlnet_lite_triton or triton_kernels or sdpa" -rA \
-    -p no:cacheprovider $workers 2>&1 | tee "$OUT/pytest_gpu_triton.log"
+timeout "${TESTS_S:-150}" python3 -m pytest -m gpu tests/model/test_gpu.py \
+    -k "xlnet_lite_triton or triton_kernels or sdpa" -rA -p no:cacheprovider $workers 2>&1 \
+    | tee "$OUT/pytest_gpu_triton.log"
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/pytest_gpu_triton.log"
 timeout "${KERNEL_S:-70}" python3 -m benchmarks.bench_triton_attention --dropout 0 \
     --out "$OUT/triton_attention_base_dropout0.json" 2>&1 | tee "$OUT/bench_triton_attention.log"
@@ -36,7 +37,7 @@ timeout "${COMPILED_S:-200}" python3 -m benchmarks.bench_gpu --config base --var
     lite_triton_matmul_compiled_nodrop_bf16 lite_compiled_nodrop_bf16 --out "$OUT/model_base_triton_compiled.json" \
     2>&1 | tee -a "$OUT/bench_triton.log"
 echo "compiled benchmark: exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench_triton.log"
-timeout "${KERNELS_S:-90}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
+timeout "${KERNELS_S:-60}" python3 -m benchmarks.bench_triton_kernels --out "$OUT/triton_kernels_base.json" 2>&1 \
     | tee "$OUT/bench_triton_kernels.log"
 if [ "${PROFILE_S:-0}" -gt 0 ]; then
     timeout "$PROFILE_S" python3 -m benchmarks.profile_gpu --config base --variant lite_triton_nodrop_bf16 --steps 2 \

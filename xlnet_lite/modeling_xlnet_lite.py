@@ -341,7 +341,7 @@ class _FillBlocked(torch.autograd.Function):
     """score.masked_fill(blocked, finfo.min) (in place on a score of its own) whose backward passes the gradient
     through unmasked. The softmax that follows (the explicit kernel's, or SDPA's with the result as its additive
     bias) gives a blocked score's gradient as prob * (...) with prob exactly 0 (exp of finfo.min below the row's
-    maximum); a row with every key blocked is zeroed after attention (`no_key`), so its gradient is 0 as well. Masking
+    maximum); a row that may see no key is zeroed after attention (`no_key`), so its gradient is 0 as well. Masking
     the gradient again would be a wasted pass over (B, N, Q, K): on an H200 at `base` the SDPA bias's took 18.7 of the
     318 ms of GPU time of two eager steps (benchmarks/results/gpu/h200_profile_base_lite_sdpa_bf16.txt)."""
 
@@ -551,10 +551,12 @@ class XLNetLiteRelativeAttention(nn.Module):
                 prob = prob.masked_fill(no_key, 0.0)
             out = self.dropout(prob) @ v  # (B, N, Q, D)
         else:
+            if no_key is not None:  # such rows see every key, then are zeroed: no backend meets a row all finfo.min
+                blocked = blocked & ~no_key
             bias = pos if blocked is None else fill_blocked(pos, blocked, inplace=False)
             p = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q_aug, k, v, attn_mask=bias, dropout_p=p, scale=self.scale)
-            if no_key is not None:  # finfo.min on every key spreads such a row over them all
+            if no_key is not None:
                 out = out.masked_fill(no_key, 0.0)
             prob = None
         return out.transpose(1, 2).flatten(2), prob  # (B, Q, N*D)

@@ -212,10 +212,11 @@ def test_no_backward_pass_masks_a_gradient_of_every_score(impl):
         if node is None or node in seen:
             continue
         seen.add(node)
-        if type(node).__name__ == "MaskedFillBackward0":
-            masks.append(tuple(node._saved_mask.shape))
+        for saved in ("_saved_mask", "_saved_condition"):  # masked_fill's, torch.where's
+            if hasattr(node, saved):
+                masks.append((type(node).__name__, tuple(getattr(node, saved).shape)))
         stack.extend(next_node for next_node, _ in node.next_functions)
-    assert masks and all(shape[-1] == 1 for shape in masks), masks
+    assert masks and all(shape[-1] == 1 for _, shape in masks), masks
 
 
 def test_torch_compile_forward_matches_eager():

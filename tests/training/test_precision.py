@@ -176,7 +176,7 @@ def test_accelerate_launch_left_unset_means_auto_and_an_explicit_precision_wins(
 def test_runs_in_turn_in_one_process_each_take_their_own_precision(corpus, tmp_path):
     """`main` called in turn in one process (a notebook, a sweep): each run trains in its own --mixed_precision
     (accelerate keeps one state a process, and refused a second precision before the recipes started each run from a
-    fresh one)."""
+    fresh one); a state the caller made with an Accelerator of their own is kept."""
     from recipe_helpers import small_args
 
     from pretrain import run_pretraining
@@ -186,3 +186,15 @@ def test_runs_in_turn_in_one_process_each_take_their_own_precision(corpus, tmp_p
         results = run_pretraining.main(small_args(corpus, out, "--mixed_precision", requested, "--max_steps", "2"))
         assert results["mixed_precision"] == requested
         assert json.loads((out / "results.json").read_text())["mixed_precision"] == requested
+    # an Accelerator the caller made before is left as it is: a run shares its state, as accelerate does, and the
+    # next run does not reset it
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from xlnet_lite.training import run
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    mine = Accelerator(cpu=True, mixed_precision="no")
+    run_pretraining.main(small_args(corpus, tmp_path / "mine", "--mixed_precision", "no", "--max_steps", "2"))
+    run.forget_earlier_runs()  # what the next run does first
+    assert mine.mixed_precision == "no" and mine.device.type == "cpu"

@@ -140,21 +140,27 @@ class _DropSharedTensorNote(logging.Filter):
 PREPARATION_TIMEOUT_S = 1800.0
 
 
+_MADE_STATE: list = []  # an object of the accelerate state a recipe run made (its dynamo plugin), while it lasts
+
+
 def forget_earlier_runs():
     """accelerate keeps one state a process, set by the first Accelerator made: a later run in the same process (a
     notebook, a sweep calling `main` in turn) would silently keep the first run's --torch_compile setting and refuse
-    another --mixed_precision. A run outside a process group made by someone else starts from a fresh state (the
-    previous run's `end_run` destroyed the group it made)."""
+    another --mixed_precision. The state an earlier recipe run made is reset, unless a process group is still up (one
+    `end_run` could not destroy, as under accelerate's notebook_launcher); a state the caller made is left as it is."""
     from accelerate.state import AcceleratorState, GradientState
 
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    made = bool(_MADE_STATE) and AcceleratorState._shared_state.get("dynamo_plugin") is _MADE_STATE[0]
+    if not made or (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+    _MADE_STATE.clear()
 
 
 def make_accelerator(args: RecipeArguments):
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin
 
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
@@ -175,7 +181,9 @@ def make_accelerator(args: RecipeArguments):
         kwargs.update(log_with=args.report_to, project_dir=args.output_dir)
     if args.torch_compile:
         kwargs["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor", dynamic=False if args.STATIC_SHAPES else None)
+    fresh = not AcceleratorState._shared_state and not PartialState._shared_state
     accelerator = Accelerator(**kwargs)
+    _MADE_STATE[:] = [AcceleratorState._shared_state["dynamo_plugin"]] if fresh else []
     accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
     if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
         accelerator.print(
