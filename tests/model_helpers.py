@@ -76,6 +76,11 @@ BLOCK_XLNET_LITE = textwrap.dedent(
 )
 
 
+def blind_first_prediction(perm_mask, target_mapping):
+    """perm_mask changed in place so that the first prediction of the first row may see no key (of its segment)."""
+    perm_mask[0, target_mapping[0, 0].argmax()] = 1
+
+
 def nan_at_training_forward(monkeypatch, model_class, n):
     """Make the n-th training-mode forward of `model_class` return a NaN loss (evaluation forwards are not
     counted). Returns the call counter, so a test can reset it."""

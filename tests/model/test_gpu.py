@@ -65,7 +65,7 @@ def two_stream(blind=False):
     """XLNet's masks; blind: the first prediction of the first row may see no key (of the segment: a memory it sees)."""
     perm_mask, target_mapping = xlnet_masks(B, T, P)
     if blind:
-        perm_mask[0, target_mapping[0, 0].argmax()] = 1
+        model_helpers.blind_first_prediction(perm_mask, target_mapping)
     return dict(perm_mask=perm_mask.to(CUDA), target_mapping=target_mapping.to(CUDA), labels=ids(5, (B, P)))
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from model_helpers import TINY, randomise
+from model_helpers import TINY, blind_first_prediction, randomise
 
 from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks
@@ -159,7 +159,7 @@ def test_sdpa_selectable_and_matches_eager_in_training_gradients():
     masks and one prediction that may see no key (its row zeroed after attention; the blocked keys' bias gradient
     passed through unmasked, as exactly 0)."""
     perm_mask, target_mapping = xlnet_masks(B, T, P)
-    perm_mask[0, target_mapping[0, 0].argmax()] = 1  # the first prediction of the first row sees no key
+    blind_first_prediction(perm_mask, target_mapping)
     tt = torch.zeros(B, T, dtype=torch.long)
     tt[:, 5:] = 1
     results = []
@@ -203,7 +203,7 @@ def test_no_backward_pass_masks_a_gradient_of_every_score(impl):
     """The masks go on the scores (eager) or SDPA's bias by a fill whose backward passes the gradient through: the
     backward graph masks no (B, N, Q, K) gradient (that pass was 6% of an eager step on an H200), only rows."""
     perm_mask, target_mapping = xlnet_masks(B, T, P)
-    perm_mask[0, target_mapping[0, 0].argmax()] = 1  # a row's mask too
+    blind_first_prediction(perm_mask, target_mapping)  # a row's mask too
     model = randomise(XLNetLiteLMHeadModel._from_config(XLNetLiteConfig(**TINY), attn_implementation=impl))
     loss = model(ids(), perm_mask=perm_mask, target_mapping=target_mapping, labels=ids(1, length=P)).loss
     seen, stack, masks = set(), [loss.grad_fn], []
