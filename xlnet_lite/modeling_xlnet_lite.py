@@ -1587,12 +1587,48 @@ def keep_rows(hidden, logits_to_keep):
 
 
 def cross_entropy(logits, labels, num_items_in_batch=None):
-    """Mean cross-entropy over the labels that are not -100; with the Trainer's num_items_in_batch (the labelled
-    items of every micro-batch of a gradient-accumulation step) their sum divided by it, as transformers' losses
-    do, so that accumulated micro-batches add up to the mean over the whole batch."""
+    """Mean cross-entropy over the labels that are not -100, in fp32; with the Trainer's num_items_in_batch (the
+    labelled items of every micro-batch of a gradient-accumulation step) their sum divided by it, as transformers'
+    losses do, so that accumulated micro-batches add up to the mean over the whole batch. logits (rows, classes)."""
+    if logits.device.type == "cpu" and not torch.compiler.is_compiling():
+        total = _ChunkedCrossEntropy.apply(logits, labels)
+        if num_items_in_batch is None:
+            return total / (labels != -100).sum()  # 0 / 0 = nan with no label, as F.cross_entropy's mean
+        return per_item_sum(total, num_items_in_batch)
     if num_items_in_batch is None:
         return F.cross_entropy(logits.float(), labels, ignore_index=-100)
     return per_item_sum(F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum"), num_items_in_batch)
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum") computed a few rows at a time, so
+    that its fp32 temporaries stay in the CPU's cache: no fp32 copy of the logits, no log-probabilities kept for the
+    backward, which recomputes softmax - one_hot from the logits (in their dtype) and each row's logsumexp. On a CPU
+    the LM head's loss took a tenth of a pretraining step at the recipe's shapes, 2-3x this one's time
+    (benchmarks/RESULTS.md, "Model speed and memory"). logits (rows, V), labels (rows,) -> a 0-dim fp32 sum."""
+
+    CHUNK_BYTES = 1 << 20  # fp32 scores of a chunk of rows: 1 MiB, about a core's L2
+
+    @staticmethod
+    def forward(ctx, logits, labels):
+        rows = max(1, _ChunkedCrossEntropy.CHUNK_BYTES // (4 * logits.shape[-1]))
+        lse = torch.cat([chunk.float().logsumexp(-1) for chunk in logits.split(rows)])  # (rows,)
+        picked = logits.gather(1, labels.clamp(min=0)[:, None])[:, 0].float()  # the label's logit
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.rows = rows
+        return (lse - picked).masked_fill_(labels == -100, 0.0).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, labels, lse = ctx.saved_tensors
+        weight = (labels != -100).to(torch.float32) * grad  # (rows,): 0 on an ignored row
+        out = torch.empty_like(logits)
+        parts = (t.split(ctx.rows) for t in (logits, labels.clamp(min=0), lse, weight, out))
+        for x, label, row_lse, row_weight, row_out in zip(*parts):
+            prob = (x.float() - row_lse[:, None]).exp_()  # softmax, (rows, V) fp32
+            prob.scatter_add_(1, label[:, None], torch.full_like(row_lse[:, None], -1.0))  # - one_hot
+            row_out.copy_(prob.mul_(row_weight[:, None]))
+        return out, None
 
 
 def per_item_sum(total, num_items_in_batch):

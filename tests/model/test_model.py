@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from model_helpers import TINY, blind_first_prediction, randomise
 
 from xlnet_lite import XLNetLiteConfig, XLNetLiteForSequenceClassification, XLNetLiteLMHeadModel
+from xlnet_lite import modeling_xlnet_lite as modeling
 from xlnet_lite.collator import random_factorization_masks as xlnet_masks
 
 B, T, P = 4, 12, 4
@@ -217,6 +219,38 @@ def test_no_backward_pass_masks_a_gradient_of_every_score(impl):
                 masks.append((type(node).__name__, tuple(getattr(node, saved).shape)))
         stack.extend(next_node for next_node, _ in node.next_functions)
     assert masks and all(shape[-1] == 1 for _, shape in masks), masks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("chunk_bytes", [3 * 4 * 37, 1 << 20])  # 3 rows of 37 classes a chunk (the last short); one
+def test_the_cpu_loss_in_chunks_equals_cross_entropy_and_keeps_no_fp32_copy(monkeypatch, dtype, seed, chunk_bytes):
+    """The CPU's cross-entropy in chunks of rows: F.cross_entropy(logits.float()) in loss and gradient (mean, and a
+    sum over num_items_in_batch), rows at -100 ignored, the logits left as they were; its graph keeps no fp32 scores
+    of every row (the logits themselves and each row's logsumexp only)."""
+    monkeypatch.setattr(modeling._ChunkedCrossEntropy, "CHUNK_BYTES", chunk_bytes)
+    generator = torch.Generator().manual_seed(seed)
+    rows, classes = 20, 37
+    logits = (4 * torch.randn(rows, classes, generator=generator)).to(dtype)
+    labels = torch.randint(0, classes, (rows,), generator=generator)
+    labels[torch.randperm(rows, generator=generator)[:5]] = -100
+    for num_items in (None, torch.tensor(23)):
+        ours, theirs = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+        loss = modeling.cross_entropy(ours, labels, num_items)
+        reduction = "mean" if num_items is None else "sum"
+        expected = F.cross_entropy(theirs.float(), labels, ignore_index=-100, reduction=reduction)
+        expected = expected if num_items is None else expected / num_items
+        torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-6)
+        saved = loss.grad_fn.next_functions[0][0].saved_tensors  # the chunked loss's node, under the division
+        assert all(t.numel() == rows for t in saved if t is not ours and t.dtype == torch.float32), saved
+        (loss * 3).backward()
+        (expected * 3).backward()
+        tolerance = {} if dtype == torch.bfloat16 else dict(rtol=1e-6, atol=1e-7)  # bf16: within its rounding
+        torch.testing.assert_close(ours.grad, theirs.grad, **tolerance)
+        assert ours.grad[labels == -100].abs().max() == 0
+        assert torch.equal(ours.detach(), logits)
+    no_label = torch.full((rows,), -100)
+    assert modeling.cross_entropy(logits, no_label).isnan()  # 0 / 0, as F.cross_entropy's mean
 
 
 def test_torch_compile_forward_matches_eager():
