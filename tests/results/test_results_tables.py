@@ -5,6 +5,7 @@ benchmarks/RESULTS.md names only result files, commands and anchors that exist."
 import json
 import re
 import shutil
+import subprocess
 
 import pytest
 from recipe_helpers import REPO
@@ -177,13 +178,26 @@ def expand_braces(text):
     ]
 
 
+def in_history(root, revision, path):
+    """Whether `git show revision:path` shows a file: True where git has no such commit (a shallow clone), so only
+    what the history holds is checked."""
+
+    def found(spec):
+        return subprocess.run(["git", "-C", str(root), "cat-file", "-e", spec], capture_output=True).returncode == 0
+
+    return not found(f"{revision}^{{commit}}") or found(f"{revision}:{path}")
+
+
 def missing_references(text, root):
-    """What a results document names that is not there: result files, scripts and modules (but those it cites from
-    the research-log tag), relative links and its own anchors."""
-    at_tag = r"(?<!research-log-2026-11:)"
+    """What a results document names that is not there: result files, scripts and modules (a path cited as `git show
+    REVISION:path` from the history instead: the research-log tag, or a commit that has it), relative links and its
+    own anchors."""
+    path_pattern = r"((?:benchmarks|scripts|main_job)/[\w./{},-]*[\w}])"
     missing = []
-    for match in re.finditer(at_tag + r"\b((?:benchmarks|scripts|main_job)/[\w./{},-]*[\w}])", text):
+    for match in re.finditer(r"(?<!:)\b" + path_pattern, text):
         missing += [path for path in expand_braces(match.group(1)) if not (root / path).exists()]
+    for revision, path in re.findall(r"git show ([0-9a-f]{7,40}):" + path_pattern, text):
+        missing += [] if in_history(root, revision, path) else [f"{revision}:{path}"]
     for module in re.findall(r"python -m ((?:benchmarks|main_job)(?:\.\w+)+)", text):
         if not (root / (module.replace(".", "/") + ".py")).is_file():
             missing.append(f"python -m {module}")
@@ -209,14 +223,18 @@ def test_the_results_document_names_only_what_exists():
     assert len(text.splitlines()) <= 600
     assert "research-log-2026-11" in text and "ff27a081f992f434b79111db259f8ec08186ebee" in text
     assert missing_references(text, REPO) == []
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    head = head.stdout.strip()  # a commit every clone has
     made_up = (
         "## A claim\n`benchmarks/results/none_{a,b}.json`, `python -m benchmarks.no_such`, [x](results/gone.md), "
-        "[y](#a-claim), [z](#elsewhere), `git show research-log-2026-11:benchmarks/results/gone.json`\n"
+        "[y](#a-claim), [z](#elsewhere), `git show research-log-2026-11:benchmarks/results/gone.json`, "
+        f"`git show {head}:benchmarks/bench_model.py`, `git show {head}:benchmarks/never_there.py`\n"
         "| a row | `every_arm.json`, `h200_tests.log`, `gone_{x,y}.json` |"
     )
     assert missing_references(made_up, REPO) == [
         "benchmarks/results/none_a.json",
         "benchmarks/results/none_b.json",
+        f"{head}:benchmarks/never_there.py",
         "python -m benchmarks.no_such",
         "gone_x.json",
         "gone_y.json",
