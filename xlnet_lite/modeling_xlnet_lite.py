@@ -304,7 +304,7 @@ def shifted_rows(flat, *, qlen, klen, rows, R):
 
 class _ShiftedPositionalScores(torch.autograd.Function):
     """The content stream's positional term rel_shift(q @ kr) for a kr shared by the batch, with a backward that
-    writes the shifted gradient straight into the matmul's layout: one zero-filled buffer and one strided copy,
+    writes the shifted gradient straight into the matmul's layout: one buffer, one strided copy and the rest zeroed,
     where autograd's would take two slice_backwards and a transpose copy. q (B, N, Q, D), kr (N, D, R) ->
     (B, N, Q, K). Under autocast the matmuls run in its dtype, as the composite would."""
 
@@ -326,8 +326,12 @@ class _ShiftedPositionalScores(torch.autograd.Function):
     def backward(ctx, grad):
         a, kr = ctx.saved_tensors
         B, N, Q, R, qlen, klen, q_dtype, kr_dtype = ctx.dims
-        full = torch.zeros(N, B, Q * R, dtype=a.dtype, device=a.device)
-        shifted_rows(full, qlen=qlen, klen=klen, rows=Q, R=R).copy_(grad.transpose(0, 1))
+        full = torch.empty(N, B, Q * R, dtype=a.dtype, device=a.device)
+        shifted = full[..., qlen : qlen + Q * (R - 1)].unflatten(-1, (Q, R - 1))  # as shifted_rows, (N, B, Q, R - 1)
+        shifted[..., :klen].copy_(grad.transpose(0, 1))
+        shifted[..., klen:].zero_()  # distances no key reads: R - K of a row's R (T / (M + 2T) with attn_type bi)
+        full[..., :qlen].zero_()
+        full[..., qlen + Q * (R - 1) :].zero_()  # Q - qlen entries
         full = full.view(N, B * Q, R)
         grad_q = grad_kr = None
         if ctx.needs_input_grad[0]:

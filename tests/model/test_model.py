@@ -253,6 +253,29 @@ def test_the_cpu_loss_in_chunks_equals_cross_entropy_and_keeps_no_fp32_copy(monk
     assert modeling.cross_entropy(logits, no_label).isnan()  # 0 / 0, as F.cross_entropy's mean
 
 
+@pytest.mark.parametrize("attn_type,rows", [("bi", 0), ("bi", 1), ("uni", 0)])  # rows: T + rows queries
+def test_the_shifted_positional_scores_backward_writes_every_entry_it_reads(monkeypatch, attn_type, rows):
+    """The content stream's positional term and its gradients equal the composite rel_shift(q @ kr)'s, with the
+    backward's buffer drawn full of NaN: what the shifted gradient does not cover (the head, each row's distances no
+    key reads, the tail of predict_next's extra row) is zeroed, not left as it was."""
+    T, M, N, D = 5, 3, 2, 4
+    K = M + T
+    R = K + T if attn_type == "bi" else K + 1
+    generator = torch.Generator().manual_seed(rows)
+    q = torch.randn(B, N, T + rows, D, generator=generator, requires_grad=True)
+    kr = torch.randn(N, D, R, generator=generator, requires_grad=True)
+    upstream = torch.randn(B, N, T + rows, K, generator=generator)
+    expected = modeling.rel_shift(modeling.positional_scores(q, kr[None]), qlen=T, klen=K)
+    expected_grads = torch.autograd.grad(expected, (q, kr), upstream)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: empty(*args, **kwargs).fill_(float("nan")))
+    out = modeling._ShiftedPositionalScores.apply(q, kr, T, K)
+    grads = torch.autograd.grad(out, (q, kr), upstream)
+    torch.testing.assert_close(out, expected)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+
+
 def test_torch_compile_forward_matches_eager():
     model = lite_model()
     perm_mask, target_mapping = xlnet_masks(B, T, P)
