@@ -32,6 +32,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.activations import ACT2FN, get_activation
 from transformers.generation.utils import ALL_CACHE_NAMES
@@ -1593,7 +1594,9 @@ def keep_rows(hidden, logits_to_keep):
 def cross_entropy(logits, labels, num_items_in_batch=None):
     """Mean cross-entropy over the labels that are not -100, in fp32; with the Trainer's num_items_in_batch (the
     labelled items of every micro-batch of a gradient-accumulation step) their sum divided by it, as transformers'
-    losses do, so that accumulated micro-batches add up to the mean over the whole batch. logits (rows, classes)."""
+    losses do, so that accumulated micro-batches add up to the mean over the whole batch. logits (rows, classes),
+    labels (rows,) of any integer dtype."""
+    labels = labels.long()
     if logits.device.type == "cpu" and not torch.compiler.is_compiling():
         total = _ChunkedCrossEntropy.apply(logits, labels)
         if num_items_in_batch is None:
@@ -1607,30 +1610,41 @@ def cross_entropy(logits, labels, num_items_in_batch=None):
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum") computed a few rows at a time, so
     that its fp32 temporaries stay in the CPU's cache: no fp32 copy of the logits, no log-probabilities kept for the
-    backward, which recomputes softmax - one_hot from the logits (in their dtype) and each row's logsumexp. A CPU
-    bf16 training step at the recipe's shapes takes 0.93-0.98x the time it takes with the plain loss
-    (benchmarks/RESULTS.md, "Model speed and memory"). logits (rows, V), labels (rows,) -> a 0-dim fp32 sum."""
+    backward, which recomputes softmax - one_hot in fp32 from the logits and each row's maximum and log-sum-exp and
+    writes it in the logits' dtype. The log-probabilities are F.log_softmax's, (x - max) - log(sum(exp(x - max))), so a
+    row of equal or huge scores (a fully masked row at finfo.min) comes out as F's. A CPU bf16 training step at the
+    recipe's shapes takes 0.93-0.98x the time it takes with the plain loss (benchmarks/RESULTS.md, "Model speed and
+    memory"). logits (rows, V), labels (rows,) long -> a 0-dim fp32 sum."""
 
     CHUNK_BYTES = 1 << 20  # fp32 scores of a chunk of rows: 1 MiB, about a core's L2
 
     @staticmethod
     def forward(ctx, logits, labels):
+        out_of_bounds = (labels != -100) & ((labels < 0) | (labels >= logits.shape[-1]))
+        if bool(out_of_bounds.any()):  # as F.cross_entropy, not a class 0 for a clamped label
+            raise IndexError(f"Target {labels[out_of_bounds][0].item()} is out of bounds.")
         rows = max(1, _ChunkedCrossEntropy.CHUNK_BYTES // (4 * logits.shape[-1]))
-        lse = torch.cat([chunk.float().logsumexp(-1) for chunk in logits.split(rows)])  # (rows,)
-        picked = logits.gather(1, labels.clamp(min=0)[:, None])[:, 0].float()  # the label's logit
-        ctx.save_for_backward(logits, labels, lse)
+        maxima, log_sums = [], []
+        for chunk in logits.split(rows):
+            scores = chunk.float()
+            maxima.append(scores.amax(-1))
+            log_sums.append((scores - maxima[-1][:, None]).exp_().sum(-1).log_())
+        top, log_sum = torch.cat(maxima), torch.cat(log_sums)  # (rows,) each
+        picked = logits.gather(1, labels.clamp(min=0)[:, None])[:, 0].float()  # the label's score
+        ctx.save_for_backward(logits, labels, top, log_sum)
         ctx.rows = rows
-        return (lse - picked).masked_fill_(labels == -100, 0.0).sum()
+        return (log_sum - (picked - top)).masked_fill_(labels == -100, 0.0).sum()  # - log_softmax at the label
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
-        logits, labels, lse = ctx.saved_tensors
+        logits, labels, top, log_sum = ctx.saved_tensors
         weight = (labels != -100).to(torch.float32) * grad  # (rows,): 0 on an ignored row
         out = torch.empty_like(logits)
-        parts = (t.split(ctx.rows) for t in (logits, labels.clamp(min=0), lse, weight, out))
-        for x, label, row_lse, row_weight, row_out in zip(*parts):
-            prob = (x.float() - row_lse[:, None]).exp_()  # softmax, (rows, V) fp32
-            prob.scatter_add_(1, label[:, None], torch.full_like(row_lse[:, None], -1.0))  # - one_hot
+        parts = (t.split(ctx.rows) for t in (logits, labels.clamp(min=0), top, log_sum, weight, out))
+        for x, label, row_top, row_log_sum, row_weight, row_out in zip(*parts):
+            prob = (x.float() - row_top[:, None]).sub_(row_log_sum[:, None]).exp_()  # softmax, (rows, V) fp32
+            prob.scatter_add_(1, label[:, None], torch.full_like(row_top[:, None], -1.0))  # - one_hot
             row_out.copy_(prob.mul_(row_weight[:, None]))
         return out, None
 
@@ -1773,8 +1787,14 @@ class XLNetLiteForSequenceClassification(XLNetLitePreTrainedModel):
                 loss = F.mse_loss(logits.float(), labels.float(), reduction=reduction)
         elif cfg.problem_type == "single_label_classification":
             labels = labels.view(-1)
-            if labels.numel() != logits.shape[0]:
-                raise ValueError(f"labels must have shape (B,) = ({logits.shape[0]},), got {tuple(labels.shape)}")
+            check_class_labels(
+                labels,
+                shape=(logits.shape[0],),
+                dims="(B,)",
+                what="class ids",
+                bound_name="num_labels",
+                bound=self.num_labels,
+            )
             return cross_entropy(logits, labels, num_items_in_batch)
         else:
             loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)

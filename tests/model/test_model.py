@@ -226,21 +226,24 @@ def test_no_backward_pass_masks_a_gradient_of_every_score(impl):
 @pytest.mark.parametrize("chunk_bytes", [3 * 4 * 37, 1 << 20])  # 3 rows of 37 classes a chunk (the last short); one
 def test_the_cpu_loss_in_chunks_equals_cross_entropy_and_keeps_no_fp32_copy(monkeypatch, dtype, seed, chunk_bytes):
     """The CPU's cross-entropy in chunks of rows: F.cross_entropy(logits.float()) in loss and gradient (mean, and a
-    sum over num_items_in_batch), rows at -100 ignored, the logits left as they were; its graph keeps no fp32 scores
-    of every row (the logits themselves and each row's logsumexp only)."""
+    sum over num_items_in_batch), rows at -100 ignored, a fully masked row (every score finfo.min) and a row of huge
+    scores as F's, the logits left as they were; its graph keeps no fp32 scores of every row."""
     monkeypatch.setattr(modeling._ChunkedCrossEntropy, "CHUNK_BYTES", chunk_bytes)
     generator = torch.Generator().manual_seed(seed)
     rows, classes = 20, 37
     logits = (4 * torch.randn(rows, classes, generator=generator)).to(dtype)
+    logits[3] = torch.finfo(dtype).min  # a question-answering row whose p_mask masks every position
+    logits[7] += 3e4  # where max + log(sum) rounds back to max
     labels = torch.randint(0, classes, (rows,), generator=generator)
     labels[torch.randperm(rows, generator=generator)[:5]] = -100
+    labels[3] = 2
     for num_items in (None, torch.tensor(23)):
         ours, theirs = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
-        loss = modeling.cross_entropy(ours, labels, num_items)
+        loss = modeling.cross_entropy(ours, labels.int(), num_items)  # any integer labels
         reduction = "mean" if num_items is None else "sum"
         expected = F.cross_entropy(theirs.float(), labels, ignore_index=-100, reduction=reduction)
         expected = expected if num_items is None else expected / num_items
-        torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(loss, expected, rtol=1e-6, atol=0)
         saved = loss.grad_fn.next_functions[0][0].saved_tensors  # the chunked loss's node, under the division
         assert all(t.numel() == rows for t in saved if t is not ours and t.dtype == torch.float32), saved
         (loss * 3).backward()
@@ -251,9 +254,12 @@ def test_the_cpu_loss_in_chunks_equals_cross_entropy_and_keeps_no_fp32_copy(monk
         assert torch.equal(ours.detach(), logits)
     no_label = torch.full((rows,), -100)
     assert modeling.cross_entropy(logits, no_label).isnan()  # 0 / 0, as F.cross_entropy's mean
+    for bad in (-1, classes):
+        with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):  # F.cross_entropy's error
+            modeling.cross_entropy(logits, torch.where(labels == 0, bad, labels).index_fill(0, torch.tensor([0]), bad))
 
 
-@pytest.mark.parametrize("attn_type,rows", [("bi", 0), ("bi", 1), ("uni", 0)])  # rows: T + rows queries
+@pytest.mark.parametrize("attn_type,rows", [("bi", 0), ("bi", 1), ("uni", 0), ("uni", 1)])  # T + rows queries
 def test_the_shifted_positional_scores_backward_writes_every_entry_it_reads(monkeypatch, attn_type, rows):
     """The content stream's positional term and its gradients equal the composite rel_shift(q @ kr)'s, with the
     backward's buffer drawn full of NaN: what the shifted gradient does not cover (the head, each row's distances no

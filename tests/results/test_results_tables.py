@@ -178,24 +178,35 @@ def expand_braces(text):
     ]
 
 
+def git(root, *args):
+    """`git -C root ARGS`: its stdout, or None where git or the repository is missing (a tree without .git)."""
+    try:
+        result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 def in_history(root, revision, path):
-    """Whether `git show revision:path` shows a file: True where git has no such commit (a shallow clone), so only
-    what the history holds is checked."""
+    """Whether `git show revision:path` shows a file. A commit that git does not have fails, but in a shallow clone
+    (which may lack it) or a tree without git, where nothing of the history can be checked."""
+    if git(root, "cat-file", "-e", f"{revision}:{path}") is not None:
+        return True
+    return git(root, "rev-parse", "--is-shallow-repository") in (None, "true")
 
-    def found(spec):
-        return subprocess.run(["git", "-C", str(root), "cat-file", "-e", spec], capture_output=True).returncode == 0
 
-    return not found(f"{revision}^{{commit}}") or found(f"{revision}:{path}")
+HISTORY = re.compile(r"(?:research-log-2026-11|git show [0-9a-f]{7,40}):$")  # a path cited from the history
 
 
 def missing_references(text, root):
-    """What a results document names that is not there: result files, scripts and modules (a path cited as `git show
-    REVISION:path` from the history instead: the research-log tag, or a commit that has it), relative links and its
-    own anchors."""
+    """What a results document names that is not there: result files, scripts and modules (a path cited from the
+    history instead, `research-log-2026-11:path` or `git show COMMIT:path`, is looked up there), relative links and
+    its own anchors."""
     path_pattern = r"((?:benchmarks|scripts|main_job)/[\w./{},-]*[\w}])"
     missing = []
-    for match in re.finditer(r"(?<!:)\b" + path_pattern, text):
-        missing += [path for path in expand_braces(match.group(1)) if not (root / path).exists()]
+    for match in re.finditer(r"\b" + path_pattern, text):
+        if HISTORY.search(text, max(0, match.start() - 64), match.start()) is None:
+            missing += [path for path in expand_braces(match.group(1)) if not (root / path).exists()]
     for revision, path in re.findall(r"git show ([0-9a-f]{7,40}):" + path_pattern, text):
         missing += [] if in_history(root, revision, path) else [f"{revision}:{path}"]
     for module in re.findall(r"python -m ((?:benchmarks|main_job)(?:\.\w+)+)", text):
@@ -223,18 +234,19 @@ def test_the_results_document_names_only_what_exists():
     assert len(text.splitlines()) <= 600
     assert "research-log-2026-11" in text and "ff27a081f992f434b79111db259f8ec08186ebee" in text
     assert missing_references(text, REPO) == []
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    head = head.stdout.strip()  # a commit every clone has
+    head = git(REPO, "rev-parse", "--short", "HEAD")  # a commit every clone has; None without git
+    history = "" if head is None else f"`git show {head}:benchmarks/bench_model.py`, `git show {head}:scripts/none.sh` "
     made_up = (
         "## A claim\n`benchmarks/results/none_{a,b}.json`, `python -m benchmarks.no_such`, [x](results/gone.md), "
         "[y](#a-claim), [z](#elsewhere), `git show research-log-2026-11:benchmarks/results/gone.json`, "
-        f"`git show {head}:benchmarks/bench_model.py`, `git show {head}:benchmarks/never_there.py`\n"
+        f"`HEAD~1:benchmarks/gone.py`, {history}\n"
         "| a row | `every_arm.json`, `h200_tests.log`, `gone_{x,y}.json` |"
     )
     assert missing_references(made_up, REPO) == [
         "benchmarks/results/none_a.json",
         "benchmarks/results/none_b.json",
-        f"{head}:benchmarks/never_there.py",
+        "benchmarks/gone.py",  # from no commit git show names
+        *([] if head is None else [f"{head}:scripts/none.sh"]),
         "python -m benchmarks.no_such",
         "gone_x.json",
         "gone_y.json",
