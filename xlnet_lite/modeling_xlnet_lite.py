@@ -1613,7 +1613,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     backward, which recomputes softmax - one_hot in fp32 from the logits and each row's maximum and log-sum-exp and
     writes it in the logits' dtype. The log-probabilities are F.log_softmax's, (x - max) - log(sum(exp(x - max))), so a
     row of equal or huge scores (a fully masked row at finfo.min) comes out as F's. A CPU bf16 training step at the
-    recipe's shapes takes 0.93-0.98x the time it takes with the plain loss (benchmarks/RESULTS.md, "Model speed and
+    recipe's shapes takes 0.91-0.96x the time it takes with the plain loss (benchmarks/RESULTS.md, "Model speed and
     memory"). logits (rows, V), labels (rows,) long -> a 0-dim fp32 sum."""
 
     CHUNK_BYTES = 1 << 20  # fp32 scores of a chunk of rows: 1 MiB, about a core's L2
