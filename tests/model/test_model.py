@@ -233,10 +233,10 @@ def test_the_cpu_loss_in_chunks_equals_cross_entropy_and_keeps_no_fp32_copy(monk
     rows, classes = 20, 37
     logits = (4 * torch.randn(rows, classes, generator=generator)).to(dtype)
     logits[3] = torch.finfo(dtype).min  # a question-answering row whose p_mask masks every position
-    logits[7] += 3e4  # where max + log(sum) rounds back to max
+    logits[7] += 3e4  # where logsumexp - x loses precision
     labels = torch.randint(0, classes, (rows,), generator=generator)
     labels[torch.randperm(rows, generator=generator)[:5]] = -100
-    labels[3] = 2
+    labels[3], labels[7] = 2, 5  # both scored
     for num_items in (None, torch.tensor(23)):
         ours, theirs = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
         loss = modeling.cross_entropy(ours, labels.int(), num_items)  # any integer labels

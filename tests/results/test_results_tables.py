@@ -188,10 +188,12 @@ def git(root, *args):
 
 
 def in_history(root, revision, path):
-    """Whether `git show revision:path` shows a file. A commit that git does not have fails, but in a shallow clone
-    (which may lack it) or a tree without git, where nothing of the history can be checked."""
+    """Whether `git show revision:path` shows a file. A commit git has without the path fails; a commit git does not
+    have fails too, but in a shallow clone (which may lack it) or a tree without git, where it cannot be checked."""
     if git(root, "cat-file", "-e", f"{revision}:{path}") is not None:
         return True
+    if git(root, "cat-file", "-e", f"{revision}^{{commit}}") is not None:
+        return False
     return git(root, "rev-parse", "--is-shallow-repository") in (None, "true")
 
 
@@ -236,10 +238,11 @@ def test_the_results_document_names_only_what_exists():
     assert missing_references(text, REPO) == []
     head = git(REPO, "rev-parse", "--short", "HEAD")  # a commit every clone has; None without git
     history = "" if head is None else f"`git show {head}:benchmarks/bench_model.py`, `git show {head}:scripts/none.sh` "
+    full_clone = git(REPO, "rev-parse", "--is-shallow-repository") == "false"  # where a commit git lacks is an error
     made_up = (
         "## A claim\n`benchmarks/results/none_{a,b}.json`, `python -m benchmarks.no_such`, [x](results/gone.md), "
         "[y](#a-claim), [z](#elsewhere), `git show research-log-2026-11:benchmarks/results/gone.json`, "
-        f"`HEAD~1:benchmarks/gone.py`, {history}\n"
+        f"`HEAD~1:benchmarks/gone.py`, {history}`git show 0000000:benchmarks/bench_model.py`\n"
         "| a row | `every_arm.json`, `h200_tests.log`, `gone_{x,y}.json` |"
     )
     assert missing_references(made_up, REPO) == [
@@ -247,6 +250,7 @@ def test_the_results_document_names_only_what_exists():
         "benchmarks/results/none_b.json",
         "benchmarks/gone.py",  # from no commit git show names
         *([] if head is None else [f"{head}:scripts/none.sh"]),
+        *(["0000000:benchmarks/bench_model.py"] if full_clone else []),
         "python -m benchmarks.no_such",
         "gone_x.json",
         "gone_y.json",
