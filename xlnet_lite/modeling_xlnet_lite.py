@@ -1630,18 +1630,19 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             maxima.append(scores.amax(-1))
             log_sums.append((scores - maxima[-1][:, None]).exp_().sum(-1).log_())
         top, log_sum = torch.cat(maxima), torch.cat(log_sums)  # (rows,) each
-        picked = logits.gather(1, labels.clamp(min=0)[:, None])[:, 0].float()  # the label's score
-        ctx.save_for_backward(logits, labels, top, log_sum)
+        scored, ignored = labels.clamp(min=0), labels == -100  # an ignored row reads class 0, then counts for 0
+        picked = logits.gather(1, scored[:, None])[:, 0].float()  # the label's score
+        ctx.save_for_backward(logits, scored, ignored, top, log_sum)
         ctx.rows = rows
-        return (log_sum - (picked - top)).masked_fill_(labels == -100, 0.0).sum()  # - log_softmax at the label
+        return (log_sum - (picked - top)).masked_fill_(ignored, 0.0).sum()  # - log_softmax at the label
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        logits, labels, top, log_sum = ctx.saved_tensors
-        weight = (labels != -100).to(torch.float32) * grad  # (rows,): 0 on an ignored row
+        logits, scored, ignored, top, log_sum = ctx.saved_tensors
+        weight = (~ignored).to(torch.float32) * grad  # (rows,): 0 on an ignored row
         out = torch.empty_like(logits)
-        parts = (t.split(ctx.rows) for t in (logits, labels.clamp(min=0), top, log_sum, weight, out))
+        parts = (t.split(ctx.rows) for t in (logits, scored, top, log_sum, weight, out))
         for x, label, row_top, row_log_sum, row_weight, row_out in zip(*parts):
             prob = (x.float() - row_top[:, None]).sub_(row_log_sum[:, None]).exp_()  # softmax, (rows, V) fp32
             prob.scatter_add_(1, label[:, None], torch.full_like(row_top[:, None], -1.0))  # - one_hot
