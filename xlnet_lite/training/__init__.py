@@ -42,6 +42,7 @@ from .checkpoints import (
     model_fields,
     save_final_model,
 )
+from .cpu_allocator import reuse_freed_memory
 from .hub import push_output_dir
 from .loop import TrainLoop
 from .metrics import MetricsLog, plot_metrics
@@ -113,6 +114,7 @@ __all__ = [
     "read_config_file",
     "release_output_lock",
     "replace_folder",
+    "reuse_freed_memory",
     "run_flags",
     "load_final_model",
     "save_final_model",

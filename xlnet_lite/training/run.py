@@ -24,6 +24,7 @@ from ..integrity import OutputLock, SaveError
 from ..precision import cpu_bf16_units, launch_device_type, resolve_precision
 from .arguments import RecipeArguments, parse_args, run_flags
 from .checkpoints import Checkpoints, check_resume, flag_differences, model_fields, read_json
+from .cpu_allocator import reuse_freed_memory
 from .loop import TrainLoop
 from .metrics import MetricsLog
 
@@ -166,6 +167,7 @@ def make_accelerator(args: RecipeArguments):
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
     forget_earlier_runs()
     device_type = launch_device_type()
+    allocator = reuse_freed_memory() if device_type == "cpu" else None  # before the run allocates its memory
     precision, why = resolve_precision(args.mixed_precision, device_type)
     timeout = (
         args.process_group_timeout
@@ -185,6 +187,8 @@ def make_accelerator(args: RecipeArguments):
     accelerator = Accelerator(**kwargs)
     _MADE_STATE[:] = [AcceleratorState._shared_state["dynamo_plugin"]] if fresh else []
     accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
+    if allocator is not None:
+        accelerator.print(allocator)
     if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
         accelerator.print(
             f"warning: bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX) is "
