@@ -15,7 +15,8 @@ hands each optimizer step's losses to `TrainLoop.step`. Everything a user relies
 - every other output (metrics, results, the final model) written atomically with the mode a plain `open()` gives;
 - one optimizer-parameter-group rule, one warmup rule, SIGTERM/SIGINT save-and-exit agreed across ranks
   (`set_trigger` / `check_trigger`), a non-finite-loss guard agreed across ranks, one `--push_to_hub` path,
-  `--torch_compile`.
+  `--torch_compile`;
+- on a CPU, glibc's malloc keeps the blocks a step frees for the next step (`reuse_freed_memory`).
 """
 
 from ..atomic_io import atomic_write_text, default_file_mode, fsync_path, publish_folder, replace_folder, write_json
