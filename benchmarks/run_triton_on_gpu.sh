@@ -41,5 +41,5 @@ timeout "${KERNELS_S:-60}" python3 -m benchmarks.bench_triton_kernels --out "$OU
     | tee "$OUT/bench_triton_kernels.log"
 if [ "${PROFILE_S:-0}" -gt 0 ]; then
     timeout "$PROFILE_S" python3 -m benchmarks.profile_gpu --config base --variant lite_triton_nodrop_bf16 --steps 2 \
-        --rows 30 --out "$OUT/profile_base_lite_triton_nodrop_bf16.txt" 2>&1 | tail -5
+        --shapes --rows 30 --out "$OUT/profile_base_lite_triton_nodrop_bf16.txt" 2>&1 | tail -5
 fi
