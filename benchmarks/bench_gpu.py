@@ -17,7 +17,8 @@ lite_triton_nodrop_bf16; compiled whole too, the kernels as operators in the gra
 lite_triton_compiled_nodrop_bf16; the positional term as one matmul's product the kernels read shifted,
 triton_attention.POSITIONAL "matmul", at 64 x 64 tiles: lite_triton_matmul_nodrop_bf16,
 lite_triton_matmul_compiled_nodrop_bf16); SDPA at dropout 0 held to cuDNN's kernel (lite_sdpa_cudnn_nodrop_bf16;
-a backend that refuses the inputs is set aside and named in the JSON's "refused"); the kernels compiled
+a backend that refuses the inputs is set aside and named in the JSON's "refused"); SDPA with Dropout's mask drawn from
+random integers as on a CPU (lite_sdpa_bitsdrop_bf16; on a GPU it is F.dropout's fused kernel); the kernels compiled
 (torch.compile(fullgraph=True, dynamic=False); the first step, compilation included, is reported apart).
 
 A training step is zero_grad + forward with labels + backward + fused AdamW, timed with CUDA events; medians of
@@ -78,6 +79,7 @@ NAMES = [
     "lite_triton_matmul_nodrop_bf16",
     "lite_triton_matmul_compiled_nodrop_bf16",
     "lite_sdpa_cudnn_nodrop_bf16",
+    "lite_sdpa_bitsdrop_bf16",
 ]
 # rows that are a bench_model variant changed: name -> (that variant, attention kernel, segment term as a bias,
 # dropout 0 (flex_attention takes none on the probabilities; the no-dropout SDPA row is its like-for-like twin))
@@ -94,6 +96,7 @@ DERIVED = {
     "lite_triton_matmul_nodrop_bf16": ("lite_sdpa_bf16", "xlnet_lite_triton", False, True),
     "lite_triton_matmul_compiled_nodrop_bf16": ("lite_compiled_bf16", "xlnet_lite_triton", False, True),
     "lite_sdpa_cudnn_nodrop_bf16": ("lite_sdpa_bf16", "sdpa", False, True),
+    "lite_sdpa_bitsdrop_bf16": ("lite_sdpa_bf16", "sdpa", False, False),
 }
 # rows whose Triton kernels take the content stream's positional term as one matmul's product read shifted
 # (triton_attention.POSITIONAL "matmul") instead of the band, every kernel at a launch setting (bench_triton_kernels'
@@ -103,6 +106,8 @@ MATMUL = {"lite_triton_matmul_nodrop_bf16": "64x64/4/3", "lite_triton_matmul_com
 # rows whose scaled_dot_product_attention is held to one backend (torch.nn.attention.sdpa_kernel): the dispatcher
 # gives XLNet's bias with a gradient to the memory-efficient kernel; cuDNN's (wgmma on Hopper) may take it faster
 HELD = {"lite_sdpa_cudnn_nodrop_bf16": SDPBackend.CUDNN_ATTENTION}
+# rows whose Dropout draws its mask from random integers on the GPU too (modeling's CHEAP_MASK_DEVICES), as on a CPU
+BITS_DROPOUT = {"lite_sdpa_bitsdrop_bf16"}
 # the FLOPs of a row are those of the eager row doing the same matmuls (flop_counter sees no fused/compiled kernel):
 # flex's q.k is D wide, as the segment-bias row's (the one-hot segment dims make the other SDPA rows' D + 8 on CUDA)
 FLOP_TWIN = {
@@ -121,6 +126,7 @@ FLOP_TWIN = {
         )
     },
     "lite_sdpa_cudnn_nodrop_bf16": "lite_sdpa_bf16",
+    "lite_sdpa_bitsdrop_bf16": "lite_sdpa_bf16",
 }
 
 
@@ -152,6 +158,21 @@ def held_to(variant, backend):
 
     def forward(*args, **kwargs):
         with sdpa_kernel([backend]):
+            return inner(*args, **kwargs)
+
+    variant.forward = forward
+    return variant
+
+
+def dropout_by_bits(variant):
+    """The variant with Dropout's mask drawn from random integers on every device (the CPU's way) in its forward (the
+    backward uses the mask the forward saved)."""
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    inner = variant.forward
+
+    def forward(*args, **kwargs):
+        with mock.patch.object(modeling, "CHEAP_MASK_DEVICES", {"cpu", "cuda"}):
             return inner(*args, **kwargs)
 
     variant.forward = forward
@@ -211,6 +232,8 @@ def build(cfg, names):
                 variants[n] = held_to(variants[n], HELD[n])
             if n in MATMUL:
                 variants[n] = positional_by_matmul(variants[n], MATMUL[n])
+            if n in BITS_DROPOUT:
+                variants[n] = dropout_by_bits(variants[n])
     return {n: variants[n] for n in names}
 
 

@@ -392,12 +392,18 @@ class _DropAndScale(torch.autograd.Function):
         return grad.mul(ctx.scale).masked_fill_(drop, 0.0), None, None
 
 
+# The devices where Dropout draws its mask from random integers; elsewhere it is F.dropout: on a GPU one fused kernel
+# draws the mask, scales and saves it (native_dropout), where the integers' way takes five, and two for the gradient
+CHEAP_MASK_DEVICES = {"cpu"}
+
+
 class Dropout(nn.Module):
-    """Inverted dropout whose mask comes from 15-bit random integers (p rounded to a multiple of 1/32768).
+    """Inverted dropout whose mask comes from 15-bit random integers on a CPU (p rounded to a multiple of 1/32768).
 
     Same distribution as nn.Dropout to within 2e-5 in p, but drawing the mask with `random_` on int32 and using both
     16-bit halves is 3-4x cheaper on CPU than `bernoulli_`, which is a fifth of a CPU training step otherwise.
-    Under torch.compile it is F.dropout, whose mask the compiler generates fused into the kernels around it.
+    On other devices (CHEAP_MASK_DEVICES), and under torch.compile, it is F.dropout (compiled: its mask generated
+    fused into the kernels around it).
     """
 
     def __init__(self, p):
@@ -407,7 +413,7 @@ class Dropout(nn.Module):
     def forward(self, x):
         if not self.training or self.p == 0.0:
             return x
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or x.device.type not in CHEAP_MASK_DEVICES:
             return F.dropout(x, self.p, training=True)
         n = x.numel()
         bits = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # 31 random bits each

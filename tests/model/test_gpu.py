@@ -142,6 +142,21 @@ def test_sdpa_runs_on_a_fused_kernel_forward_and_backward():
     assert all(p.grad.isfinite().all() for p in lite.parameters() if p.grad is not None)
 
 
+def test_dropout_on_cuda_is_torchs_fused_kernel():
+    """On a GPU Dropout is F.dropout (one fused kernel: native_dropout), not the CPU's mask from random integers."""
+    from xlnet_lite.modeling_xlnet_lite import Dropout
+
+    x = torch.randn(64, 96, device=CUDA, requires_grad=True)
+    torch.manual_seed(5)
+    y = Dropout(0.1).train()(x)
+    torch.manual_seed(5)
+    assert torch.equal(y, torch.nn.functional.dropout(x, 0.1, training=True))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        Dropout(0.1).train()(x)
+    ops = {event.key for event in prof.key_averages()}
+    assert "aten::native_dropout" in ops and "aten::random_" not in ops, sorted(ops)
+
+
 def test_training_gradients_are_the_same_on_every_kernel_on_cuda(impl):
     """Loss and every parameter's gradient over two segments (memory, perm_mask, target_mapping, segments, a prediction
     that may see no key) against the explicit kernel in fp32: flex_attention's backward runs only here, on a GPU."""

@@ -369,6 +369,26 @@ def test_dropout_keeps_the_right_fraction_and_scales(p):
     assert torch.equal(Dropout(p).eval()(x), x)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_off_the_cheap_mask_devices_is_torchs_own(monkeypatch, p):
+    """On a GPU (any device but the CPU) Dropout is F.dropout: the same output and gradient for the same seed."""
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    monkeypatch.setattr(modeling, "CHEAP_MASK_DEVICES", set())  # the CPU as a GPU is treated
+    x = torch.randn(37, 53, requires_grad=True)
+    torch.manual_seed(3)
+    y = modeling.Dropout(p).train()(x)
+    (grad,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    torch.manual_seed(3)
+    expected = F.dropout(x, p, training=True)
+    (expected_grad,) = torch.autograd.grad(expected, x, torch.ones_like(expected))
+    assert torch.equal(y, expected) and torch.equal(grad, expected_grad)
+    assert modeling.CHEAP_MASK_DEVICES == set()
+    monkeypatch.undo()
+    torch.manual_seed(3)
+    assert not torch.equal(modeling.Dropout(p).train()(x), expected)  # the CPU's own mask: drawn another way
+
+
 def test_gradient_checkpointing_with_dropout_replays_the_same_masks():
     perm_mask, target_mapping = xlnet_masks(B, T, P)
     grads = []

@@ -452,6 +452,36 @@ def test_bench_gpu_cudnn_row_is_the_dropout_0_sdpa_row_held_to_cudnn(monkeypatch
     assert bench_gpu.FLOP_TWIN["lite_sdpa_cudnn_nodrop_bf16"] == "lite_sdpa_bf16"
 
 
+def test_bench_gpu_bits_dropout_row_is_the_sdpa_row_with_the_cpus_mask_on_every_device(monkeypatch):
+    """benchmarks/bench_gpu.py's lite_sdpa_bitsdrop_bf16 runs the SDPA row's weights, batch, memory and dropout 0.1, its
+    Dropout drawing the mask from random integers on every device (on a GPU the SDPA row's is F.dropout's): on the CPU,
+    where both draw it so, the same seed gives the same loss."""
+    from benchmarks import bench_gpu
+    from xlnet_lite import modeling_xlnet_lite as modeling
+
+    seen = []
+    forward = modeling.Dropout.forward
+
+    def recording(self, x):
+        seen.append(frozenset(modeling.CHEAP_MASK_DEVICES))
+        return forward(self, x)
+
+    monkeypatch.setattr(modeling.Dropout, "forward", recording)
+    variants = bench_gpu.build(BENCH_TINY, ["lite_sdpa_bf16", "lite_sdpa_bitsdrop_bf16"])
+    losses, devices = {}, {}
+    for name, variant in variants.items():
+        variant.autocast_dtype = None
+        seen.clear()
+        torch.manual_seed(0)
+        with torch.no_grad():
+            losses[name] = variant.forward(**variant.inputs).loss
+        devices[name] = set(seen)
+    assert devices == {"lite_sdpa_bf16": {frozenset({"cpu"})}, "lite_sdpa_bitsdrop_bf16": {frozenset({"cpu", "cuda"})}}
+    assert variants["lite_sdpa_bitsdrop_bf16"].model.config.dropout == 0.1
+    torch.testing.assert_close(losses["lite_sdpa_bitsdrop_bf16"], losses["lite_sdpa_bf16"], rtol=0, atol=0)
+    assert bench_gpu.FLOP_TWIN["lite_sdpa_bitsdrop_bf16"] == "lite_sdpa_bf16"
+
+
 def test_bench_gpu_flex_rows_are_their_sdpa_twin_without_dropout():
     """benchmarks/bench_gpu.py's flex rows run the same weights, batch and memory as its SDPA rows, every dropout at
     0 (flex_attention takes none), as does their like-for-like SDPA row, and so does the Triton kernels' row at
