@@ -134,19 +134,25 @@ def compiled(name):
     return bm.VARIANTS[DERIVED[name][0] if name in DERIVED else name][3]
 
 
+def forward_inside(variant, context):
+    """The variant with its forward pass run inside `context()`, a fresh context manager each call (the backward runs
+    what the forward chose)."""
+    inner = variant.forward
+
+    def forward(*args, **kwargs):
+        with context():
+            return inner(*args, **kwargs)
+
+    variant.forward = forward
+    return variant
+
+
 def segment_as_bias(variant):
     """The variant with the segment term added to the positional bias (as under torch.compile) instead of one-hot
     dims on q and k: SDPA's head size stays D (64 in base, its 64-wide kernels) where the padded dims make it 72."""
     from xlnet_lite import modeling_xlnet_lite as modeling
 
-    inner = variant.forward
-
-    def forward(*args, **kwargs):
-        with mock.patch.object(modeling, "segment_dims", lambda seg_keys, d_head: 0):
-            return inner(*args, **kwargs)
-
-    variant.forward = forward
-    return variant
+    return forward_inside(variant, lambda: mock.patch.object(modeling, "segment_dims", lambda seg_keys, d_head: 0))
 
 
 def held_to(variant, backend):
@@ -154,14 +160,7 @@ def held_to(variant, backend):
     backward runs the kernel the forward chose)."""
     from torch.nn.attention import sdpa_kernel
 
-    inner = variant.forward
-
-    def forward(*args, **kwargs):
-        with sdpa_kernel([backend]):
-            return inner(*args, **kwargs)
-
-    variant.forward = forward
-    return variant
+    return forward_inside(variant, lambda: sdpa_kernel([backend]))
 
 
 def dropout_by_bits(variant):
@@ -169,14 +168,7 @@ def dropout_by_bits(variant):
     backward uses the mask the forward saved)."""
     from xlnet_lite import modeling_xlnet_lite as modeling
 
-    inner = variant.forward
-
-    def forward(*args, **kwargs):
-        with mock.patch.object(modeling, "CHEAP_MASK_DEVICES", {"cpu", "cuda"}):
-            return inner(*args, **kwargs)
-
-    variant.forward = forward
-    return variant
+    return forward_inside(variant, lambda: mock.patch.object(modeling, "CHEAP_MASK_DEVICES", {"cpu", "cuda"}))
 
 
 def positional_by_matmul(variant, setting):
