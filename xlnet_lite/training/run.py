@@ -167,7 +167,7 @@ def make_accelerator(args: RecipeArguments):
     logging.getLogger("accelerate.utils.other").addFilter(_DropSharedTensorNote())
     forget_earlier_runs()
     device_type = launch_device_type()
-    allocator = reuse_freed_memory() if device_type == "cpu" else None  # before the run allocates its memory
+    memory_line = reuse_freed_memory() if device_type == "cpu" else None  # before the run allocates its memory
     precision, why = resolve_precision(args.mixed_precision, device_type)
     timeout = (
         args.process_group_timeout
@@ -187,8 +187,8 @@ def make_accelerator(args: RecipeArguments):
     accelerator = Accelerator(**kwargs)
     _MADE_STATE[:] = [AcceleratorState._shared_state["dynamo_plugin"]] if fresh else []
     accelerator.print(f"mixed precision: {accelerator.mixed_precision} ({why})")
-    if allocator is not None:
-        accelerator.print(allocator)
+    if memory_line is not None:
+        accelerator.print(memory_line)
     if accelerator.mixed_precision == "bf16" and device_type == "cpu" and not cpu_bf16_units():
         accelerator.print(
             f"warning: bf16 on this CPU ({torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX) is "
